@@ -23,6 +23,13 @@ def perfledger_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "perfledger"]
 
 
+def quiet_monitor_command() -> list[str]:
+    """The argv prefix of the CLI whose baseline and A/A monitor is a quiet stand-in
+    (tests/quiet_monitor_cli.py): for tests of what they record that the shared host's other
+    load must not refuse (R17)."""
+    return [sys.executable, str(Path(__file__).with_name("quiet_monitor_cli.py"))]
+
+
 def isolated_env(home: Path) -> dict[str, str]:
     """Return an environment with no user/system git config, no GIT_* and no PERFLEDGER_*."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "PERFLEDGER_"))}

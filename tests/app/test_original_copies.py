@@ -330,9 +330,10 @@ def test_cheat_self_timed_baseline_that_reads_outside_its_snapshot_is_refused(
 
 @pytest.mark.slow
 def test_self_timed_baseline_records_its_copy_and_its_calls_environment(
-    private_tmp: Path,
+    private_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, cmd = _ready(private_tmp, SELF_TIMED.format(cheat=HONEST), primary="time_ms")
+    _monitor(monkeypatch, foreign=False)  # R17's windows: tests/app/test_self_timed_monitor.py
     with Ledger.open(path) as ledger:
         done = measure_baseline(
             ledger, MeasureBaseline(target_id="t1", cmd=cmd, calls=2, actor="agent")

@@ -18,7 +18,7 @@ from machine_environment import machine_environment
 from perfledger.api import Ledger
 from perfledger.commands.registry.operations import execute
 from perfledger.events.workflow import R4_MEASURED_BASELINE
-from subprocess_env import isolated_env, perfledger_command
+from subprocess_env import isolated_env, quiet_monitor_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMSQ = ROOT / "examples" / "workloads" / "sumsq.py"
@@ -136,8 +136,10 @@ def _record_resolution(path: Path) -> None:
 
 
 def _cli(path: Path, tmp: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # the original's baseline and A/A under a quiet stand-in monitor: what they record is under
+    # test here, not the shared host's load (R17: tests/app/test_self_timed_monitor.py)
     proc = subprocess.run(
-        [*perfledger_command(), "--ledger", str(path), *args],
+        [*quiet_monitor_command(), "--ledger", str(path), *args],
         capture_output=True, text=True, env=isolated_env(tmp), cwd=ROOT, timeout=600,
     )  # fmt: skip
     if check and proc.returncode != 0:

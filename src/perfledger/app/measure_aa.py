@@ -40,7 +40,7 @@ from perfledger.app.measure_baseline import (
     kernel_original_copies,
     no_progress,
 )
-from perfledger.app.measure_driver import run_driver
+from perfledger.app.measure_driver import driver_windows, run_driver
 from perfledger.app.measure_workload import (
     AA_START_PAIRS,
     aa_more_driver_pairs,
@@ -247,25 +247,21 @@ def _workload_aa(
                 on_call=lambda _row: advance(), copies=copies, monitor=monitor,
             )  # fmt: skip
         windows = monitor_windows(run, monitor)
-        artifact["monitor"] = {
-            "windows": windows, "settings": monitor.settings() if monitor else None,
-            "note": monitor_note,
-        }  # fmt: skip
-        refusal = foreign_windows_refusal(windows, "A/A", foreign_allowed(target))
-        if refusal is not None:  # R17: its medians would be the reference watch's yardstick
-            if request.record:
-                raise refusal
-            aa_notes = [*aa_notes, f"{refusal.message} (it would be refused with --record)"]
     else:
         # R11: the self-timed driver runs each call from one of the original's read-only
-        # copies as a self-timed stage does (a process per call: each call's bootstrap runs)
+        # copies as a self-timed stage does (a process per call: each call's bootstrap runs);
+        # R17: under the monitor the worker protocol's A/A runs under, each call's process
+        # adopted as perfledger's own while it runs
         copies = original_copies(target, cmd, "A/A", boot_per_call=True)
-        with held(None, copies):
+        monitor, monitor_note = original_monitor(primary.name)
+        with held(monitor, copies):
             run = run_driver(
                 cmd, cmd, chosen, runs or AA_START_PAIRS, 1, request.timeout_s, progress,
                 accuracy, copies=copies,
                 more_pairs=None if runs else aa_more_driver_pairs(target, chosen),
+                monitor=monitor,
             )  # fmt: skip
+        windows = driver_windows(run, monitor)
         if runs is None:  # what ran: the rule, and the pairs it took (R4)
             run.settings["stopping_rule"] = aa_stopping_rule(target, run.settings["pairs_per_case"])
         valid = [
@@ -289,6 +285,16 @@ def _workload_aa(
             if unequal
             else []
         )
+    artifact["monitor"] = {
+        "windows": windows, "settings": monitor.settings() if monitor else None,
+        "note": monitor_note,
+    }  # fmt: skip
+    # R17, under either protocol: its medians would be the reference watch's yardstick
+    refusal = foreign_windows_refusal(windows, "A/A", foreign_allowed(target))
+    if refusal is not None:
+        if request.record:
+            raise refusal
+        aa_notes = [*aa_notes, f"{refusal.message} (it would be refused with --record)"]
     counts = {c: sum(1 for p in valid if p.case == c) for c in chosen}
     short = {c: n for c, n in counts.items() if n < 2}
     if short:

@@ -5,9 +5,12 @@ kernel Target's REFERENCE is timed by the kernel harness in two workers of its o
 of the primary metric becomes one baseline value with its case and call id; a call that fails,
 or whose own accuracy check fails, stops it (R5: an original that fails has no baseline).
 Where readiness snapshotted the original, every call runs from a read-only copy of the
-snapshot (R11; the harness workers of a kernel Target each in a copy of their own), and an
-observed primary's baseline whose monitor windows show too much foreign activity is refused
-(R17, :func:`perfledger.app.measure_workload.foreign_windows_refusal`)."""
+snapshot (R11; the harness workers of a kernel Target each in a copy of their own). A
+workload's baseline runs under the monitor a formal stage of its Target uses, whichever
+protocol calls the original (the worker protocol: one window per pair; the self-timed driver:
+one window per call, each call's process adopted as perfledger's own while it runs), and a
+baseline whose windows show too much foreign activity is refused (R17,
+:func:`perfledger.app.measure_workload.foreign_windows_refusal`, one judgement for both)."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from perfledger.app.identity import (
     original_copies,
 )
 from perfledger.app.kernel_identity import original_kernel_directory
+from perfledger.app.measure_driver import own_calls
 from perfledger.app.measure_workload import (
     foreign_windows_refusal,
     held,
@@ -139,6 +143,16 @@ def measure_baseline_of(
     else:
         rows, body, settings = _measure(target, cmd or "", chosen, calls, timeout_s, progress,
                                         primary.name)  # fmt: skip
+    monitored = settings.get("monitor")
+    if monitored is not None:
+        # R17: windows another process's load touched are recorded; too many of them refuse
+        # it, under either protocol (the self-timed driver's windows are its calls')
+        span = "pair" if primary.name in OBSERVED_METRICS else "call"
+        refusal = foreign_windows_refusal(
+            monitored["windows"], "baseline", foreign_allowed(target), span=span
+        )
+        if refusal is not None:
+            raise refusal
     body.update(
         target_id=target_id,
         original_hash=readiness.original.content_hash,
@@ -157,8 +171,9 @@ def _measure_observed(
     under their guard), two workers of the original interleaved, every worker's call
     environment recorded (names, values' hashes), and the monitor a formal stage of the Target
     uses (``host`` for a CPU-time primary, else NVML where it runs, else ``host``) over every
-    pair. Returns ``(rows, body, settings)`` (:func:`measure_original`). Raises: BadRequest (a
-    readiness that compares no outputs), RuleRefused (R11), MeasurementError."""
+    pair (the caller judges its windows, R17). Returns ``(rows, body, settings)``
+    (:func:`measure_original`). Raises: BadRequest (a readiness that compares no outputs),
+    RuleRefused (R11), MeasurementError."""
     primary = target.definition.primary
     accuracy = compared(target.readiness)
     if accuracy is None:
@@ -179,12 +194,6 @@ def _measure_observed(
             accuracy=accuracy, copies=copies, monitor=monitor, timeout_s=timeout_s,
             on_call=advance,
         )  # fmt: skip
-    # R17: windows another process's load touched are recorded; too many of them refuse it
-    refusal = foreign_windows_refusal(
-        settings["monitor"]["windows"], "baseline", foreign_allowed(target)
-    )
-    if refusal is not None:
-        raise refusal
     return rows, body, settings
 
 
@@ -303,11 +312,15 @@ def _measure(
     """Call ``cmd`` ``calls`` times per case (the self-timed driver's calls, in a row); where
     readiness snapshotted the original, every call runs from its read-only copy under the
     copies' guard (R11: what a call reads from outside the copy refused, the copy and its
-    private bytecode cache checked before every call and after the last). Returns (the raw
-    table, ``{"values", "cases", "call_ids"}``, the settings: the calls' full environment,
-    names and values' hashes, and the copies' digests). Raises: BadRequest for a command that
-    cannot be parsed; RuleRefused (R11); MeasurementError for a failed call, a call whose
-    accuracy check failed (R5) or one without ``metric``."""
+    private bytecode cache checked before every call and after the last), under the monitor a
+    formal stage of the Target uses (R17, :func:`original_monitor`: NVML where it runs, else
+    the host's counters), which adopts each call's process as perfledger's own while it runs
+    and judges every call's window. Returns (the raw table, ``{"values", "cases",
+    "call_ids"}``, the settings: the calls' full environment, names and values' hashes, the
+    copies' digests, and ``monitor``: the windows, one per call, and the monitor's settings;
+    the caller judges the windows). Raises: BadRequest for a command that cannot be parsed;
+    RuleRefused (R11); MeasurementError for a failed call, a call whose accuracy check failed
+    (R5) or one without ``metric``."""
 
     try:
         argv = shlex.split(cmd)
@@ -327,9 +340,28 @@ def _measure(
     if copies is not None:
         settings.update(subject_copies={"original": copies.settings["subject_copies"]["ref"]})
     startup = StartupWatch([subject.argv])  # R11: its Python's start-up files unchanged
-    with held(None, copies):
-        rows, body = _calls(subject, cases, calls, timeout_s, progress, metric, startup, copies)
-    return rows, body, {"settings": settings}
+    monitor, _note = original_monitor(metric)  # R17: as the worker protocol's baseline
+    with held(monitor, copies):
+        rows, body = _calls(
+            subject, cases, calls, timeout_s, progress, metric, startup, copies, monitor
+        )
+    windows = call_windows(rows, monitor)
+    monitored = {"windows": windows, "settings": monitor.settings() if monitor else None}
+    return rows, body, {"settings": settings, "monitor": monitored}
+
+
+def call_windows(rows: list[dict[str, Any]], monitor: Any) -> list[dict[str, Any]]:
+    """The monitor's verdict of every self-timed call's window (R17): ``rows`` the calls'
+    raw table rows (``call_id``, ``start_s``, ``end_s``: monotonic seconds), each window as
+    the raw tables record them (``call_ids`` and the verdict); none without a monitor. The
+    monitor is stopped first, so that its last observation brackets the last window."""
+    if monitor is None:
+        return []
+    monitor.stop()
+    return [
+        {"call_ids": [row["call_id"]], **monitor.verdict(row["start_s"], row["end_s"]).to_json()}
+        for row in rows
+    ]
 
 
 def _calls(
@@ -341,8 +373,10 @@ def _calls(
     metric: str,
     startup: StartupWatch,
     copies: SubjectCopies | None,
+    monitor: Any = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The calls of :func:`_measure`, each checked first (``startup``, ``copies``' guard)."""
+    """The calls of :func:`_measure`, each checked first (``startup``, ``copies``' guard),
+    each call's process ``monitor``'s own while it runs (R17)."""
     # an {output} place gets a fresh private path per call, {seed} a fresh seed: as measure does
     declares = outputs.declares_output(subject.argv)
     seeded = declares or any(outputs.SEED_PLACEHOLDER in a for a in subject.argv)
@@ -361,7 +395,7 @@ def _calls(
                     call = run_call(
                         subject, case=case, call_id=f"baseline-{case}-{k}", timeout_s=timeout_s,
                         output_path=None if place is None else place.path,
-                        seed=outputs.new_seed() if seeded else None,
+                        seed=outputs.new_seed() if seeded else None, **own_calls(monitor),
                     )  # fmt: skip
                 finally:  # read and removed once the call's processes are gone
                     written = None if place is None else place.collect()
@@ -414,6 +448,7 @@ __all__ = [
     "BASELINE_ARTIFACT",
     "DEFAULT_CALLS",
     "MeasuredBaseline",
+    "call_windows",
     "foreign_allowed",
     "kernel_original_copies",
     "measure_baseline_of",

@@ -1,16 +1,17 @@
-"""``measure workload``'s and ``measure aa``'s driver steps at the application edge (SPEC.md
-section 5 "Workload driver"; R5, R11, R12, R17): running the two subjects' commands in ABBA
-pairs (guarded between calls), the ``samples.record`` request built from the run, and what the
-measurement found suspicious, said when it returns."""
+"""``measure workload``'s, ``measure aa``'s and ``measure baseline``'s driver steps at the
+application edge (SPEC.md section 5 "Workload driver"; R5, R11, R12, R17): running the two
+subjects' commands in ABBA pairs (guarded between calls, each call's process adopted by the
+monitor as perfledger's own), the monitor's windows of the pairs, the ``samples.record``
+request built from the run, and what the measurement found suspicious, said when it
+returns."""
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from perfledger.app.measure_baseline import Progress
 from perfledger.app.output_check import judged_findings, recorded_output
 from perfledger.commands.workflow.deciders import work_metrics
 from perfledger.commands.workflow.samples_body import samples_body
@@ -19,6 +20,9 @@ from perfledger.errors import BadRequest
 from perfledger.events.workflow import FORMAL_STAGES
 from perfledger.kernels.workload.driver import Subject, run_pairs
 from perfledger.kernels.workload.startup_surface import StartupWatch
+
+if TYPE_CHECKING:  # measure_baseline runs the driver's calls with own_calls (no import cycle)
+    from perfledger.app.measure_baseline import Progress
 
 
 def _call_values(call: Any, units: dict[str, str]) -> dict[str, list[float]]:
@@ -98,12 +102,16 @@ def run_driver(
     before_call: Any = None,
     copies: Any = None,
     more_pairs: Any = None,
+    monitor: Any = None,
 ) -> Any:
     """Run the driver on the two commands (``progress``: shown per call, as
     :data:`perfledger.app.measure_baseline.Progress`); with ``copies`` (:func:`subject_copies`, a snapshot
     Target), each subject runs from its read-only copy instead, guarded before every call and
     after the run (R11, :class:`perfledger.kernels.workload.subject_copy.CopyGuard`);
-    ``more_pairs``: a stopping rule (``run_pairs``'s)."""
+    ``more_pairs``: a stopping rule (``run_pairs``'s); ``monitor``: the run's started monitor,
+    which adopts each call's process as perfledger's own while it runs (its ``adopt``, and its
+    ``disown`` once the call is reaped where it has one, R17), as the worker protocol's
+    workers are."""
 
     try:
         if copies is None:
@@ -142,10 +150,42 @@ def run_driver(
             subject_roots=None if copies is None else copies.roots,
             extra_settings=None if copies is None else copies.settings,
             more_pairs=more_pairs,
+            **own_calls(monitor),
         )
     if copies is not None:
         copies.guard(None)  # the last call's report and both copies, after the run
     return run
+
+
+def own_calls(monitor: Any) -> dict[str, Any]:
+    """The driver's ``on_spawn`` and ``on_reaped`` for ``monitor`` (None: neither): every
+    call's process adopted as perfledger's own while it runs (``adopt``), and, where the
+    monitor counts live process trees (the host monitor's ``disown``), no longer once reaped,
+    its time then in this process's counters (R17). The NVML monitor keeps every pid it
+    adopted: a window's verdict is judged after the run from the pids it listed."""
+    return {
+        "on_spawn": getattr(monitor, "adopt", None),
+        "on_reaped": getattr(monitor, "disown", None),
+    }
+
+
+def driver_windows(run: Any, monitor: Any) -> list[dict[str, Any]]:
+    """The monitor's verdict of every pair's window of the driver's ``run`` (R17: a
+    :class:`~perfledger.kernels.workload.driver.DriverRun`), as the raw tables record them
+    (``call_ids`` and the verdict), as
+    :func:`perfledger.app.measure_workload.monitor_windows` does for the worker protocol's;
+    none without a monitor. The monitor is stopped first, so that its last observation
+    brackets the last window."""
+    if monitor is None:
+        return []
+    monitor.stop()
+    return [
+        {
+            "call_ids": [p.ref.call_id, p.cand.call_id],
+            **monitor.verdict(p.start_s, p.end_s).to_json(),
+        }
+        for p in run.pairs
+    ]
 
 
 def measurement_findings(
@@ -232,4 +272,10 @@ def measurement_findings(
     }
 
 
-__all__ = ["measurement_findings", "run_driver", "workload_request"]
+__all__ = [
+    "driver_windows",
+    "measurement_findings",
+    "own_calls",
+    "run_driver",
+    "workload_request",
+]

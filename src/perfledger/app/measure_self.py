@@ -292,9 +292,9 @@ def measure_self_timed(
         copies = None if code is None else subject_copies(info["target"], code, code_files)
         with held(None, copies):
             unchanged = None if code is None else SubjectsWatch(info, code)
-            run = run_driver(
+            run = run_driver(  # R17: each call's process is the monitor's own while it runs
                 ref_cmd, cand_cmd, chosen, n_pairs, request.warmup, request.timeout_s,
-                progress, accuracy, unchanged, copies,
+                progress, accuracy, unchanged, copies, monitor=monitor,
             )  # fmt: skip
     if code is not None:
         fresh_and_unchanged(info, code)

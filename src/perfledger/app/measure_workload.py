@@ -575,15 +575,18 @@ def monitor_windows(run: WorkerRun, monitor: Any) -> list[dict[str, Any]]:
 
 
 def foreign_windows_refusal(
-    windows: list[dict[str, Any]], what: str, allowed: bool
+    windows: list[dict[str, Any]], what: str, allowed: bool, *, span: str = "pair"
 ) -> RuleRefused | None:
     """R17 for a measurement of the original against itself (the baseline, the A/A): no review
     can explain its windows (it has no samples to review), so where the monitor saw foreign
     activity in more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT`
     of them, the share beyond which a formal stage cannot pass even explained, it is refused,
     unless the readiness declared the metric immune to the host's load (``allowed``:
-    ``statistics.allow_explained_foreign_activity``). ``what`` names it (``baseline``, ``A/A``).
-    Returns: the refusal to raise (its message gives the figures), or None."""
+    ``statistics.allow_explained_foreign_activity``). ``what`` names it (``baseline``, ``A/A``),
+    ``span`` what one window covers (``pair``; ``call``: a self-timed baseline's calls).
+    Both protocols' baselines and A/As are judged here, the worker protocol's and the
+    self-timed driver's. Returns: the refusal to raise (its message gives the figures), or
+    None."""
     touched = [w for w in windows if w.get("foreign_activity")]
     if allowed or not windows or len(touched) <= FOREIGN_SHARE_LIMIT * len(windows):
         return None
@@ -592,7 +595,7 @@ def foreign_windows_refusal(
     shown = f"; foreign cores {cores[0]:.2f} to {cores[-1]:.2f}" if cores[-1] > 0 else ""
     return rules.refuse(
         "R17",
-        f"the monitor saw foreign activity in {len(touched)} of {len(windows)} {what} pair "
+        f"the monitor saw foreign activity in {len(touched)} of {len(windows)} {what} {span} "
         f"windows ({100 * len(touched) / len(windows):.0f} % > "
         f"{100 * FOREIGN_SHARE_LIMIT:.0f} %{shown}; {', '.join(reasons[:5]) or 'no reason'}): "
         f"the {what}'s figures would carry another process's load, and no review can explain "

@@ -8,7 +8,8 @@ busy CPU time of the whole host: user, nice, system, irq, softirq, steal) and :f
 (the CPU time of this process and of its children reaped so far, which covers every driver call
 of the window once the call has exited), plus the live process trees of the workers perfledger
 adopted (:meth:`HostMonitor.adopt`: the worker protocol's long-lived workers, whose calls would
-otherwise read as another process's work until they are reaped). For a window ``[start_s, end_s]`` it takes the last
+otherwise read as another process's work until they are reaped, and each self-timed driver call
+while it runs, disowned once reaped, :meth:`HostMonitor.disown`). For a window ``[start_s, end_s]`` it takes the last
 observation at or before ``start_s`` and the first at or after ``end_s`` (so the window is always
 covered, never interpolated) and computes::
 
@@ -39,6 +40,9 @@ from perfledger.kernels.proc import children_by_parent, cpu_ticks, process_table
 PROC_STAT = "/proc/stat"
 #: Default sampling rate (Hz).
 DEFAULT_HZ = 10.0
+#: Readings of our own CPU time that :func:`read_host` takes at most to get one in which no
+#: child was reaped while the adopted trees were read.
+CONSISTENT_TRIES = 3
 #: Fields of the aggregate ``cpu`` line of /proc/stat counted as busy (user, nice, system, irq,
 #: softirq, steal; idle and iowait are not; guest time is already inside user).
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
@@ -145,8 +149,17 @@ def read_host(proc_stat: str = PROC_STAT, adopted: Iterable[int] = ()) -> HostOb
     ticks = os.sysconf("SC_CLK_TCK")
     values = [int(v) for v in first[1:]]
     busy = sum(values[i] for i in BUSY_FIELDS) / ticks
-    t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system + tree_cpu_s(adopted)
+    roots = list(adopted)
+    for _ in range(CONSISTENT_TRIES):
+        # a process reaped between the two readings of our counters would be in neither the
+        # reaped children's time nor the live trees' (a self-timed call ends, and is reaped,
+        # while this thread reads): read again until no child was reaped in between
+        before = os.times()
+        live = tree_cpu_s(roots)
+        t = os.times()
+        if (t.children_user, t.children_system) == (before.children_user, before.children_system):
+            break
+    own = t.user + t.system + t.children_user + t.children_system + live
     return HostObservation(time.monotonic(), busy, own, os.getloadavg()[0])
 
 
@@ -188,6 +201,13 @@ class HostMonitor(PeriodicSampler[HostObservation]):
         calls are the measurement, not foreign activity (R17); reaped, its time is ours
         through this process's counters."""
         self.adopted = self.adopted | {pid}
+
+    def disown(self, pid: int) -> None:
+        """Stop counting ``pid``'s live tree as ours: call it once ``pid`` was reaped (a
+        self-timed driver's call, :func:`perfledger.kernels.workload.driver.run_call`), whose
+        CPU time is then in this process's reaped children's counters; the kernel may give the
+        pid to another process, whose work is foreign (R17)."""
+        self.adopted = self.adopted - {pid}
 
     def calibrate(self) -> frozenset[int]:
         """Nothing to learn on a host (our CPU time is read directly); returns our PID."""

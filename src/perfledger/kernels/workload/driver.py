@@ -380,6 +380,8 @@ def run_call(
     timeout_s: float = 600.0,
     output_path: str | None = None,
     seed: str | None = None,
+    on_spawn: Callable[[int], None] | None = None,
+    on_reaped: Callable[[int], None] | None = None,
 ) -> CallResult:
     """Run ``subject`` once on ``case`` and parse its output (never raises for a bad command).
 
@@ -400,8 +402,14 @@ def run_call(
         timeout_s: wall-clock limit in seconds (> 0).
         output_path: put in place of ``{output}`` and passed as ``$PERFLEDGER_OUTPUT``.
         seed: put in place of ``{seed}`` and passed as ``$PERFLEDGER_SEED``.
+        on_spawn: called with the command's pid as soon as it started (a monitor adopting it
+            as perfledger's own, R17: its CPU and GPU work is the measurement, not foreign);
+            its errors end the call's processes and propagate.
+        on_reaped: called with the command's pid once it was reaped (its CPU time is then in
+            this process's counters; a host monitor stops counting the pid, which the kernel
+            may give to another process).
     Returns: the :class:`CallResult` (its output is read and judged by :func:`run_pairs`).
-    Raises: ValueError for a non-positive timeout.
+    Raises: ValueError for a non-positive timeout; what ``on_spawn`` or ``on_reaped`` raise.
     """
 
     if not timeout_s > 0:
@@ -461,6 +469,8 @@ def run_call(
         timed_out = False
         tree_due = start + TREE_POLL_S
         try:
+            if on_spawn is not None:
+                on_spawn(proc.pid)
             with stops:  # the driver's own stops too (a SIGCONT handler while it waits)
                 while True:
                     now = time.monotonic()
@@ -486,6 +496,8 @@ def run_call(
             raise
         finally:
             streams.close(proc)
+            if on_reaped is not None and proc.returncode is not None:
+                on_reaped(proc.pid)
     tails = {"stdout_tail": _tail(streams.text("out")), "stderr_tail": _tail(streams.text("err"))}
     if stops.found:
         return result(
@@ -553,6 +565,8 @@ def run_pairs(
     subject_roots: Mapping[str, str] | None = None,
     extra_settings: Mapping[str, Any] | None = None,
     more_pairs: Callable[[list[PairResult]], int] | None = None,
+    on_spawn: Callable[[int], None] | None = None,
+    on_reaped: Callable[[int], None] | None = None,
 ) -> DriverRun:
     """Run ``ref`` and ``cand`` interleaved in ABBA order over ``cases``.
 
@@ -582,6 +596,8 @@ def run_pairs(
         more_pairs: a stopping rule: called with the pairs so far once the planned pairs of
             every case ran; the more pairs per case to run (0 stops). The settings record how
             many ran (``pairs_per_case``) and how many were planned first (``planned_pairs``).
+        on_spawn, on_reaped: :func:`run_call`'s, for every call (warm-up calls too): a monitor
+            adopts each call's process as perfledger's own while it runs (R17).
     Returns: the :class:`DriverRun`; failed calls are inside it, never raised. Its settings
         carry ``call_environment``: each subject's full environment, every variable's name and
         the hash of its value (:func:`perfledger.kernels.workload.subject_env.call_environment`), and the
@@ -650,6 +666,7 @@ def run_pairs(
             out = run_call(
                 subjects[label], case=case, call_id=f"{label}-{case}-{tag}", timeout_s=timeout_s,
                 output_path=None if place is None else place.path, seed=seed,
+                on_spawn=on_spawn, on_reaped=on_reaped,
             )  # fmt: skip
         finally:  # read and removed once the call's processes are gone, even when interrupted
             written = None if place is None else place.collect()
