@@ -36,7 +36,6 @@ from perfledger.app.identity import (
 from perfledger.app.kernel_identity import original_kernel_directory
 from perfledger.app.measure_baseline import (
     Progress,
-    foreign_allowed,
     kernel_original_copies,
     no_progress,
 )
@@ -251,7 +250,7 @@ def _workload_aa(
             "windows": windows, "settings": monitor.settings() if monitor else None,
             "note": monitor_note,
         }  # fmt: skip
-        refusal = foreign_windows_refusal(windows, "A/A", foreign_allowed(target))
+        refusal = foreign_windows_refusal(windows, "A/A")
         if refusal is not None:  # R17: its medians would be the reference watch's yardstick
             if request.record:
                 raise refusal

@@ -180,19 +180,11 @@ def _measure_observed(
             on_call=advance,
         )  # fmt: skip
     # R17: windows another process's load touched are recorded; too many of them refuse it
-    refusal = foreign_windows_refusal(
-        settings["monitor"]["windows"], "baseline", foreign_allowed(target)
-    )
+    # (the decider judges them again from baseline.json, BaselineRecorded schema 3, R17)
+    refusal = foreign_windows_refusal(settings["monitor"]["windows"], "baseline")
     if refusal is not None:
         raise refusal
     return rows, body, settings
-
-
-def foreign_allowed(target: Any) -> bool:
-    """Whether the Target's readiness declares its metric immune to the host's load
-    (``statistics.allow_explained_foreign_activity``, R17)."""
-    statistics = getattr(target.readiness, "statistics", None)
-    return bool(getattr(statistics, "allow_explained_foreign_activity", False))
 
 
 def kernel_original_copies(target: Any, kernel_dir: str | None, role: str) -> SubjectCopies | None:
@@ -414,7 +406,6 @@ __all__ = [
     "BASELINE_ARTIFACT",
     "DEFAULT_CALLS",
     "MeasuredBaseline",
-    "foreign_allowed",
     "kernel_original_copies",
     "measure_baseline_of",
     "medians",
