@@ -151,7 +151,7 @@ def test_r17_formal_stage_warning_names_another_actors_review_and_no_readiness_w
 
     pairs = [{"monitor": {"foreign_activity": True, "explained": None}}] * 5
     [formal] = foreign_activity_warnings(pairs, "target")
-    assert "an actor other than the experiment's reviews these samples" in formal
+    assert "another actor (not the experiment's) reviews these samples" in formal
     assert "no readiness setting waives" in formal and "quieter machine" in formal
     assert "allow_explained_foreign_activity" not in formal
     [screen] = foreign_activity_warnings(pairs, "screen")

@@ -210,7 +210,7 @@ def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[s
             "activity (other processes' CPU or GPU use above the monitor's threshold): the "
             "verdict on these samples will be inconclusive (R17). Beyond "
             f"{100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs a formal stage passes only where "
-            "an actor other than the experiment's reviews these samples (`perfledger review "
+            "another actor (not the experiment's) reviews these samples (`perfledger review "
             "record`, then `perfledger activity explain` citing it); no readiness setting waives "
             "it: measure again on a quieter machine, or have the samples reviewed"
         ]
