@@ -266,6 +266,10 @@ def test_cheat_a_baseline_table_whose_windows_show_a_loaded_host_is_refused_what
     assert "4 of 4 windows (100 % > 20 %)" in refusal.message
     assert "no readiness setting waives" in refusal.message and "quieter host" in refusal.hint
     bare.refused("baseline.record", body, "R17", _loaded(table, 1, 4))
+    data = json.loads(_loaded(table, 4, 4)[BASELINE_TABLE].data)
+    data["monitor"]["windows"] = "quiet"  # the windows replaced by a word: not judged quiet
+    hidden = {BASELINE_TABLE: Artifact(json.dumps(data).encode(), "application/json")}
+    assert "no list of windows" in bare.refused("baseline.record", body, "R17", hidden).message
     assert bare.ledger.head() == head
     recorded = bare.run("baseline.record", body, artifacts=_loaded(table, 1, 5))
     assert recorded["source"] == "perfledger"
