@@ -54,11 +54,11 @@ the final ``audit --allowed-signers FILE`` checks that key is listed under ``REV
 review appended under the reviewer's name without the key would fail that audit. In this demo
 one program plays the agent, the reviewer and the auditor, so it writes that file itself; in
 real use the file is the auditor's own, listing keys the agent does not hold (docs/SPEC.md
-section 1, "where that stops"). Because such an explanation is still an assertion, a
-formal stage with foreign activity on more than 20 % of
-its pairs cannot pass on it unless the Target declared, in its readiness and before measuring,
-that its metric is immune to the host's load (``statistics.allow_explained_foreign_activity``);
-this session declares it, for a metric of the process's own CPU time.
+section 1, "where that stops"). A formal stage with foreign activity on more than 20 % of its
+pairs passes only with that review, by an actor other than the experiment's, of that stage's
+samples (R17, ``VerdictRecorded`` 11): nothing the agent declares lifts it. A baseline or
+recorded A/A whose windows show more than 20 % foreign activity is refused: run the demo on a
+quieter host then.
 
 Usage: ``python examples/cpu_session/session.py [--dir DIR] [--quiet]``; prints where the ledger
 and the report are, writes ``DIR/session.json`` (champion, verdicts, timings), exits non-zero
@@ -371,11 +371,7 @@ class Session:
             # within 1e-12 of the extended-precision reference, so within 2e-12 of each other
             "accuracy": {"compare": "allclose", "rtol": 1e-11, "atol": 0.0},
             "environment": env["readiness_environment"],
-            # the primary is this process's own CPU time, which other processes on a shared
-            # host do not move: formal stages may pass with that explanation (R17), declared
-            # here, before any measurement
-            "statistics": {"min_pairs_per_case": PAIRS,
-                           "allow_explained_foreign_activity": True},
+            "statistics": {"min_pairs_per_case": PAIRS},
         })  # fmt: skip
         self.cli("metric-audit", "record", request={
             "target_id": TARGET, "metric": "cpu_time",

@@ -118,8 +118,7 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
             "driver": {"argv": ["python3", "{subject}/bench.py", "{output}"]},
             "accuracy": {"compare": "exact"},
             "environment": env_answer["readiness_environment"],
-            "statistics": {"min_pairs_per_case": 5,  # cpu_time: immune to the host's load (R17)
-                           "allow_explained_foreign_activity": True}})  # fmt: skip
+            "statistics": {"min_pairs_per_case": 5}})  # fmt: skip
         await _ok(s, "metric_audit_record", {
             "target_id": "t1", "metric": "cpu_time", "unit": "ms", "numerator": "one call (ms)",
             "denominator": "one call", "source": "perfledger's worker protocol",

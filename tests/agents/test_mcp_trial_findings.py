@@ -30,7 +30,7 @@ def _target(name: str = "wall_ms", unit: str = "ms") -> SimpleNamespace:
 def test_aa_refusal_states_runs_default_units_per_case_and_a_load_immune_metric() -> None:
     """R4: the refusal gives the resolution per case in percent and as the recorded ratio, says
     what --runs counts and its default, and on a loaded host with a wall-clock primary names the
-    process's CPU time with allow_explained_foreign_activity."""
+    process's CPU time, and no readiness flag (R17: a typed flag waives nothing)."""
     with pytest.raises(RuleRefused) as refused:
         resolution_refusal(0.08, {"small": 0.08, "large": 0.03}, _target(), False,
                            runs=None, workload=True, load_per_cpu=2.0)  # fmt: skip
@@ -42,7 +42,7 @@ def test_aa_refusal_states_runs_default_units_per_case_and_a_load_immune_metric(
     assert "--accept-resolution" in exc.hint
     # how many runs: the CI's width falls as 1/sqrt(runs); 10 runs at 8 % -> half of 5 % needs 103
     assert "about --runs 103 would bring this spread to half the minimum effect" in exc.hint
-    assert "CPU time" in exc.hint and "allow_explained_foreign_activity" in exc.hint
+    assert "CPU time" in exc.hint and "allow_explained_foreign_activity" not in exc.hint
     # a quiet host, or a CPU-time primary: no metric advice; a kernel spec: its own default
     for target, load in ((_target(), 0.0), (_target("cpu_ms"), 2.0)):
         with pytest.raises(RuleRefused) as quiet:

@@ -144,7 +144,7 @@ def _run_session(root: Path) -> tuple[Session, float]:
         "driver": {"argv": [PY, "{subject}/bench.py", "{output}"]},
         "accuracy": {"compare": "exact"},
         "environment": env["readiness_environment"],
-        "statistics": {"min_pairs_per_case": 5, "allow_explained_foreign_activity": True}})  # fmt: skip
+        "statistics": {"min_pairs_per_case": 5}})  # fmt: skip
     s.cli("metric-audit record", "metric-audit", "record", request={
         "target_id": "t1", "metric": "wall_time", "unit": "ms",
         "numerator": "one call (ms, perfledger's clock)", "denominator": "one call",

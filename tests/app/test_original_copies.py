@@ -146,7 +146,7 @@ def _monitor(monkeypatch: pytest.MonkeyPatch, foreign: bool) -> StandInMonitor:
 SUBJECT_VARS = ("BENCH_WHERE", "OUTSIDE_FILE")
 
 
-def _ready(root: Path, source: str, *, primary: str, allow: bool = False) -> tuple[Path, str]:
+def _ready(root: Path, source: str, *, primary: str) -> tuple[Path, str]:
     """A ledger whose Target's readiness snapshotted ``original/bench.py`` (``source``), its
     baseline of ``primary`` measured (a stand-in table) where ``primary`` is reported. Returns
     (ledger path, the original's command)."""
@@ -175,7 +175,6 @@ def _ready(root: Path, source: str, *, primary: str, allow: bool = False) -> tup
             # caller's: R11's closed environment)
             "driver": {"argv": argv, "env": {name: os.environ[name] for name in SUBJECT_VARS}},
             "environment": env["readiness_environment"],
-            **({"statistics": {"allow_explained_foreign_activity": True}} if allow else {}),
         })  # fmt: skip
         # a primary the subject reports is made ready as an older perfledger did (R5 refuses
         # such a readiness since ReadinessRecorded 6): the self-timed driver's Targets
@@ -448,16 +447,17 @@ def _windows(foreign: int, total: int) -> list[dict[str, Any]]:
             for i in range(total)]  # fmt: skip
 
 
-def test_r17_original_windows_refused_beyond_the_formal_share_unless_allowed() -> None:
-    assert foreign_windows_refusal(_windows(2, 10), "baseline", allowed=False) is None  # 20 %
-    refusal = foreign_windows_refusal(_windows(3, 10), "baseline", allowed=False)
+def test_r17_original_windows_refused_beyond_the_formal_share_whatever_the_readiness() -> None:
+    assert foreign_windows_refusal(_windows(2, 10), "baseline") is None  # 20 %
+    refusal = foreign_windows_refusal(_windows(3, 10), "baseline")
     assert refusal is not None and refusal.rule == "R17"
     assert "3 of 10 baseline pair windows (30 % > 20 %; foreign cores 0.90 to 0.90" in (
         refusal.message
     )
-    assert "allow_explained_foreign_activity" in refusal.hint
-    assert foreign_windows_refusal(_windows(10, 10), "A/A", allowed=True) is None
-    assert foreign_windows_refusal([], "A/A", allowed=False) is None  # no monitor, no windows
+    assert "quieter host" in refusal.hint and "no readiness setting waives" in refusal.hint
+    assert "allow_explained_foreign_activity" not in refusal.hint
+    assert foreign_windows_refusal(_windows(10, 10), "A/A") is not None  # no waiver any more
+    assert foreign_windows_refusal([], "A/A") is None  # no monitor, no windows
 
 
 def test_held_releases_the_monitor_and_the_copies_however_the_block_ends() -> None:

@@ -103,8 +103,9 @@ def test_cheat_candidate_lowering_the_drivers_scheduling_records_nothing(tmp_pat
 
 def _session(tmp: Path) -> Path:
     ledger = tmp / "ledger"
-    # about the failed-call rule: a loaded host's explained foreign activity is acceptable
-    _setup(ledger, cases=("small",), statistics={"allow_explained_foreign_activity": True})
+    # about the failed-call rule: a loaded host's foreign activity is explained by another
+    # actor's review of each formal stage (R17, _stage), which also lifts its 20 % limit
+    _setup(ledger, cases=("small",))
     _record_resolution(ledger)
     _experiment(ledger)
     return ledger

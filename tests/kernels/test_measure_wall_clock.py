@@ -97,9 +97,9 @@ def _measure(path: Path, tmp: Path, experiment: str, stage: str, ref: str, cand:
 @pytest.mark.slow
 def test_wall_clock_flag_is_printed_recorded_and_blocks_pass_and_champion(tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    # this test is about the wall-clock rule; a loaded test host's foreign activity (explained
-    # by another actor's review) is declared acceptable so that R17 does not decide instead
-    _setup(ledger, cases=("small",), statistics={"allow_explained_foreign_activity": True})
+    # this test is about the wall-clock rule; a loaded test host's foreign activity is
+    # explained by another actor's review (_measure), which lifts R17's 20 % limit too
+    _setup(ledger, cases=("small",))
     _record_resolution(ledger)
     _experiment(ledger)  # e1: an honest candidate doing half the work
     # 0.3 s saved per call (e1) and 0.3 s invented per call (e2): the lie is two to four times
@@ -225,8 +225,7 @@ def test_cheat_inflated_rate_is_flagged_through_measure_when_the_target_names_it
     verdict cannot pass (R12), and the ledger audits clean (the check re-derived)."""
     ledger = tmp_path / "ledger"
     _setup(ledger, cases=("small",), primary="tokens_per_s", primary_unit="tokens/s",
-           direction="higher_is_better", work_metric="tokens",
-           statistics={"allow_explained_foreign_activity": True})  # fmt: skip
+           direction="higher_is_better", work_metric="tokens")  # fmt: skip
     _record_resolution(ledger)
     _experiment(ledger)
     ref = _cmd("--work-s", "0.3", "--metric", "rate")

@@ -57,8 +57,6 @@ def _readiness(env: dict[str, Any], **extra: Any) -> dict[str, Any]:
         "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1, "cases": ["small"]},
         "accuracy_rule": "the cumulative sum, exactly", "driver": {"argv": DRIVER},
         "environment": env["readiness_environment"],
-        # a loaded test host's foreign activity (explained) must not decide instead (R17)
-        "statistics": {"allow_explained_foreign_activity": True},
         **extra,
     }  # fmt: skip
 

@@ -24,9 +24,6 @@ from perfledger.ledger.base import Artifact
 #: What each measuring run sends: 7 window pairs of 20 steady requests at 8 workers.
 _LOAD = ("--concurrency", "8", "--pairs", "7", "--steady", "20", "--drift-threshold", "0.2",
          "--quiet", "--json")  # fmt: skip
-#: A loaded test host's foreign activity, explained by another actor's review, must not decide
-#: instead (R17).
-_SHARED_HOST = {"allow_explained_foreign_activity": True}
 #: The candidate's server: its first token about a fifth sooner than the reference's.
 _FAST = {**BASE, "ttft_s": 0.04}
 
@@ -56,7 +53,7 @@ def test_r5_a_serving_target_measured_through_its_target_stage_selects_a_champio
     perfledger measured, on a readiness that allows no outside samples."""
     testset, digest = _testset(tmp_path)
     ledger = tmp_path / "ledger"
-    _setup(ledger, digest, readiness_statistics=_SHARED_HOST)
+    _setup(ledger, digest)  # a loaded host: another actor's review lifts R17 (_measure)
     with standin({"seed": 21, "profiles": {"a": BASE, "b": _FAST}}) as url:
         screen = _measure(ledger, tmp_path, url, testset, "screen")
         assert _ok(ledger, tmp_path, "verdict", "record", "--samples", screen["samples_id"])

@@ -221,8 +221,6 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
         "driver": {"argv": [sys.executable, "{subject}/bench.py", "{output}"]},
         "accuracy": {"compare": "exact"},
         "environment": env["readiness_environment"],
-        # cpu_time is the subject's own CPU time: a shared host's load cannot move it (R17)
-        "statistics": {"allow_explained_foreign_activity": True},
     }  # fmt: skip
     s.ok("readiness", "record", request=readiness)  # its edge snapshots the original (R11)
     with Ledger.open(s.ledger) as ledger:

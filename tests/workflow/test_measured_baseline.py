@@ -7,6 +7,7 @@ typed meaning and audit as before."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ import msgspec
 import pytest
 from wf_legacy import rules_at
 from wf_scenario import (
+    ACTOR,
     BASELINE_TABLE,
     CASES,
     PRIMARY,
@@ -32,10 +34,16 @@ from wf_scenario import (
 )
 
 from perfledger.commands.audit.replay import audit
+from perfledger.commands.registry.operations import preview
 from perfledger.commands.workflow.aa_table import aa_binding
 from perfledger.commands.workflow.baseline_table import BaselineTableMismatch, rederive_baseline
 from perfledger.events.kinds import get_kind
-from perfledger.events.workflow import R1_OBSERVED_DIRECTION, R4_MEASURED_BASELINE, SCHEMA_VERSIONS
+from perfledger.events.workflow import (
+    R1_OBSERVED_DIRECTION,
+    R4_MEASURED_BASELINE,
+    R17_BASELINE_WINDOWS,
+    SCHEMA_VERSIONS,
+)
 from perfledger.ledger.base import Artifact
 
 #: Four calls per case at the level ``make_pairs`` gives the reference (10 ms x (1 + 0.3 i)).
@@ -218,5 +226,84 @@ def test_r4_a_ledger_with_typed_baselines_written_before_the_rule_audits_clean(
     bare.measure_aa()
     assert bare.passed(gain=0.2)["status"] == "pass"
     bare.champion()
+    report = audit(bare.ledger)
+    assert report.ok, report.findings
+
+
+# ------------------------------------------------------------ R17: the baseline's monitor windows
+
+
+def _loaded(table: dict[str, Artifact], foreign: int, total: int) -> dict[str, Artifact]:
+    """``table`` with the monitor windows ``perfledger measure baseline`` of an observed primary
+    writes (``monitor.windows``), the first ``foreign`` of ``total`` showing foreign activity."""
+    data = json.loads(table[BASELINE_TABLE].data)
+    data["monitor"] = {"settings": {"kind": "host"}, "note": None, "windows": [
+        {"call_ids": [f"w{i}a", f"w{i}b"], "foreign_activity": i < foreign,
+         "foreign_cores": 1.5 if i < foreign else 0.0} for i in range(total)]}  # fmt: skip
+    return {BASELINE_TABLE: Artifact(json.dumps(data).encode(), "application/json")}
+
+
+def test_r17_baseline_windows_rule_version_is_the_one_assigned() -> None:
+    assert SCHEMA_VERSIONS["BaselineRecorded"] >= R17_BASELINE_WINDOWS == 3
+
+
+def test_cheat_a_baseline_table_whose_windows_show_a_loaded_host_is_refused_whatever_the_flag(
+    bare: Session,
+) -> None:
+    """A baseline measured on a loaded host, recorded through the library (past `measure
+    baseline`'s own refusal) by an agent whose readiness sets the waiver flag: the decider
+    judges the table's windows itself and refuses it; 1 of 4 windows (25 %) is refused too,
+    1 of 5 (20 %) is not."""
+    bare.run("target.freeze", target_freeze())
+    bare.run("evidence.add", evidence())
+    flagged = readiness()
+    flagged["statistics"] = {**flagged["statistics"], "allow_explained_foreign_activity": True}
+    bare.run("readiness.record", flagged)
+    bare.run("metric-audit.record", metric_audit())
+    body, table = measured_baseline(bare.ledger, _per_case())
+    head = bare.ledger.head()
+    refusal = bare.refused("baseline.record", body, "R17", _loaded(table, 4, 4))
+    assert "4 of 4 windows (100 % > 20 %)" in refusal.message
+    assert "no readiness setting waives" in refusal.message and "quieter host" in refusal.hint
+    bare.refused("baseline.record", body, "R17", _loaded(table, 1, 4))
+    data = json.loads(_loaded(table, 4, 4)[BASELINE_TABLE].data)
+    data["monitor"]["windows"] = "quiet"  # the windows replaced by a word: not judged quiet
+    hidden = {BASELINE_TABLE: Artifact(json.dumps(data).encode(), "application/json")}
+    assert "no list of windows" in bare.refused("baseline.record", body, "R17", hidden).message
+    assert bare.ledger.head() == head
+    recorded = bare.run("baseline.record", body, artifacts=_loaded(table, 1, 5))
+    assert recorded["source"] == "perfledger"
+    assert audit(bare.ledger).ok
+
+
+def test_cheat_a_loaded_baseline_appended_past_the_decider_fails_the_audit(
+    bare: Session,
+) -> None:
+    """The same loaded table, appended through the store (a library caller skipping the
+    decider) as a current ``BaselineRecorded``: the auditor re-decides it from its attached
+    baseline.json and reports it. Recorded at schema 2, the same event replays as before."""
+    _ready_to_baseline(bare)
+    body, table = measured_baseline(bare.ledger, _per_case())
+    loaded = _loaded(table, 4, 4)
+    with rules_at({"BaselineRecorded": R17_BASELINE_WINDOWS - 1}):  # that rule did not judge them
+        [draft] = preview(bare.ledger, "baseline.record", body, actor=ACTOR, artifacts=loaded)
+    bare.ledger.store.append(dataclasses.replace(draft, artifacts=loaded))
+    report = audit(bare.ledger)
+    assert not report.ok
+    assert any("R17" in str(f) and "4 of 4 windows" in str(f) for f in report.findings), (
+        report.findings
+    )
+
+
+def test_r17_a_loaded_baseline_recorded_before_the_windows_rule_audits_as_before(
+    bare: Session,
+) -> None:
+    _ready_to_baseline(bare)
+    body, table = measured_baseline(bare.ledger, _per_case())
+    with rules_at({"BaselineRecorded": R17_BASELINE_WINDOWS - 1}):
+        recorded = bare.run("baseline.record", body, artifacts=_loaded(table, 4, 4))
+    assert recorded["source"] == "perfledger"
+    [event] = [e for e in bare.ledger.events() if e.kind == "BaselineRecorded"]
+    assert event.envelope.schema == R17_BASELINE_WINDOWS - 1
     report = audit(bare.ledger)
     assert report.ok, report.findings

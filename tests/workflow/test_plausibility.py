@@ -139,7 +139,8 @@ def test_r12_a_ledger_written_before_reviews_named_flags_audits_clean(bare: Sess
     """An older perfledger (``ReviewRecorded`` 1, ``ChampionSelected`` 7): any settled review of
     the samples by another actor cleared the flag; the auditor re-decides by that rule: clean,
     while the current rule refuses that selection."""
-    with rules_at({"TargetFrozen": R1_OBSERVED_DIRECTION - 1}):  # that perfledger froze it
+    # that perfledger froze it and measured its baseline (before R17 judged the windows)
+    with rules_at({"TargetFrozen": R1_OBSERVED_DIRECTION - 1, "BaselineRecorded": 2}):
         ready = bare.ready()
     # as it wrote them (its verdicts before R4's resolution at the run's start)
     with rules_at({"SamplesRecorded": R11_OBSERVED_CALLS_FROM_COPIES - 1,

@@ -57,7 +57,9 @@ def test_r4_a_stage_started_after_a_longer_aa_is_judged_with_it(ready: Session) 
     assert audit(ready.ledger).ok
 
 
-def test_r4_a_verdict_recorded_before_the_rule_audits_as_it_was(ready: Session) -> None:
+def test_r4_a_verdict_recorded_before_the_rule_audits_as_it_was(bare: Session) -> None:
+    with rules_at({"BaselineRecorded": 2}):  # as that perfledger recorded it
+        ready = bare.ready()
     with rules_at({"VerdictRecorded": R4_RESOLUTION_AT_RUN_VERDICT - 1}):
         _looked_then_lowered(ready)
         verdict = ready.run("verdict.record", {"samples_id": "e1-target"})
@@ -86,7 +88,9 @@ def test_cheat_lowering_the_resolution_before_the_final_audit_record_does_not_pa
     assert audit(ready.ledger).ok
 
 
-def test_r4_a_final_audit_recorded_before_the_rule_audits_as_it_was(ready: Session) -> None:
+def test_r4_a_final_audit_recorded_before_the_rule_audits_as_it_was(bare: Session) -> None:
+    with rules_at({"BaselineRecorded": 2}):  # as that perfledger recorded it
+        ready = bare.ready()
     with rules_at({"VerdictRecorded": R4_RESOLUTION_AT_RUN_VERDICT - 1,
                    "FinalAuditRecorded": R4_RESOLUTION_AT_RUN_FINAL_AUDIT - 1}):  # fmt: skip
         _champion_audited_then_lowered(ready)

@@ -643,9 +643,10 @@ def test_r17_unexplained_foreign_activity_makes_attribution_inconclusive(ready: 
     ready.run("samples.record", samples("e2-target", "target", experiment_id="e2",
                                         candidate=CAND2, monitor=busy))  # fmt: skip
     explain_by_review(ready.ledger, "e2-target", why)
-    # explained on every pair: the explanation alone cannot let a formal stage pass
+    # explained on every pair by another actor's review: that review also lifts the 20 % limit
+    # at a formal stage (VerdictRecorded 11; before, it stayed inconclusive: "quiet host")
     verdict = ready.run("verdict.record", {"samples_id": "e2-target"})
-    assert verdict["status"] == "inconclusive" and "quiet host" in verdict["notes"][-1]
+    assert verdict["status"] == "pass" and verdict["notes"][-1].startswith("reviewed (R17)")
     ready.screened("e3", CAND3)
     few = samples("e3-target", "target", experiment_id="e3", candidate=CAND3)
     for pair in few["pairs"][:2]:  # 2 of 12 pairs: within the 20 % share

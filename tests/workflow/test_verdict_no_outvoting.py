@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 from wf_scenario import (
     ENV_ID,
@@ -25,6 +26,10 @@ from wf_scenario import (
 from perfledger.commands.workflow import deciders
 from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
 from perfledger.commands.workflow.requests import FinalAuditRecord, VerdictRecord
+from perfledger.events.workflow import (
+    R17_FOREIGN_SHARE_BY_REVIEW_FINAL_AUDIT,
+    R17_FOREIGN_SHARE_BY_REVIEW_VERDICT,
+)
 from perfledger.projections.verdict_cases import (
     LOSING,
     METHOD_V1,
@@ -174,18 +179,25 @@ def _record_explained(session: Session, body: dict[str, Any]) -> None:
     explain_by_review(session.ledger, body["samples_id"], "shared host")
 
 
-def test_r17_explained_foreign_activity_on_many_pairs_cannot_let_a_target_pass(
+def test_r17_foreign_activity_on_many_pairs_passes_only_by_another_actors_review(
     bare: Session,
 ) -> None:
+    """12 of 12 pairs loaded, each explained citing a review of the samples by ``reviewer``:
+    the rule before ``VerdictRecorded`` 11 kept it inconclusive (an explanation could not by
+    itself let it pass, only the readiness flag could); from 11 that review, by an actor other
+    than the experiment's, is the evidence that lifts the 20 % limit, and the note says so."""
     bare.ready()
     bare.screened()
     _record_explained(bare, _foreign(12))
     assert _decide(bare, "e1-target", 2).status == "pass"  # the earlier rule cleared it
-    verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
-    assert verdict["primary"]["status"] == "pass" and verdict["status"] == "inconclusive"
-    note = next(n for n in verdict["notes"] if "quiet host" in n)
+    old = _decide(bare, "e1-target", R17_FOREIGN_SHARE_BY_REVIEW_VERDICT - 1)
+    assert old.primary.status == "pass" and old.status == "inconclusive"
+    note = next(n for n in old.notes if "quiet host" in n)
     assert "12 of 12 pairs" in note
-    assert explain_verdict(verdict)["condition"] == "foreign_share"
+    assert explain_verdict(msgspec.to_builtins(old))["condition"] == "foreign_share"
+    verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
+    assert verdict["status"] == "pass"
+    assert any(n.startswith("reviewed (R17)") and "'reviewer'" in n for n in verdict["notes"])
 
 
 def test_r17_explained_foreign_activity_on_few_pairs_still_passes(bare: Session) -> None:
@@ -206,35 +218,47 @@ def test_r17_screens_keep_clearing_explained_foreign_activity(bare: Session) -> 
     assert any(n.startswith("R11: a screen") for n in verdict["notes"])  # it would have passed
 
 
-def test_r17_explained_foreign_activity_cannot_let_a_final_audit_pass(bare: Session) -> None:
+def test_r17_a_loaded_final_audit_passes_only_by_another_actors_review(bare: Session) -> None:
     bare.ready()
     bare.passed()
     bare.champion()
     _record_explained(bare, {**_foreign(12), "samples_id": "e1-final", "stage": "final_audit"})
-    ctx = deciders.DecisionContext(
-        op="final-audit.record", actor="agent", ts=bare.clock,
-        payload_of=bare.ledger.payload, schema=2,
-    )  # fmt: skip
     req = FinalAuditRecord(target_id="t1", samples_id="e1-final")
-    [old] = deciders.decide_final_audit_record(bare.state(), req, ctx)
-    assert old.payload.status == "pass"
+    for schema, status in ((2, "pass"), (R17_FOREIGN_SHARE_BY_REVIEW_FINAL_AUDIT - 1,
+                                         "inconclusive")):  # fmt: skip
+        ctx = deciders.DecisionContext(
+            op="final-audit.record", actor="agent", ts=bare.clock,
+            payload_of=bare.ledger.payload, schema=schema,
+        )  # fmt: skip
+        [old] = deciders.decide_final_audit_record(bare.state(), req, ctx)
+        assert old.payload.status == status, schema
     audit = bare.run("final-audit.record", {"target_id": "t1", "samples_id": "e1-final"})
-    assert audit["status"] == "inconclusive"
-    assert any("measure again on a quiet host" in n for n in audit["notes"])
+    assert audit["status"] == "pass"
+    assert any(n.startswith("reviewed (R17)") for n in audit["notes"])
 
 
-def test_r17_a_target_that_declared_its_metric_immune_to_host_load_passes_and_says_so(
-    bare: Session,
-) -> None:
-    bare.run("target.freeze", target_freeze())
+def _flagged_ready(session: Session) -> None:
+    """The Target made ready with a readiness that sets the waiver flag (what an agent types)."""
+    session.run("target.freeze", target_freeze())
     body = readiness()
     body["statistics"] = {**body["statistics"], "allow_explained_foreign_activity": True}
     for op, request in (("evidence.add", evidence()), ("readiness.record", body),
                         ("metric-audit.record", metric_audit()), ("baseline.record", baseline())):  # fmt: skip
-        bare.run(op, request)
-    bare.measure_aa()
+        session.run(op, request)
+    session.measure_aa()
+
+
+def test_r17_the_readiness_flag_decided_before_the_review_rule_and_is_ignored_from_it(
+    bare: Session,
+) -> None:
+    """The flag let an explained, loaded target stage pass under ``VerdictRecorded`` 10
+    (verdicts so recorded re-derive so); from 11 it decides nothing and a note says so."""
+    _flagged_ready(bare)
     bare.screened()
     _record_explained(bare, _foreign(12))
+    old = _decide(bare, "e1-target", R17_FOREIGN_SHARE_BY_REVIEW_VERDICT - 1)
+    assert old.status == "pass"
+    assert any("allow_explained_foreign_activity" in n for n in old.notes)
     verdict = bare.run("verdict.record", {"samples_id": "e1-target"})
-    assert verdict["status"] == "pass"
-    assert any("allow_explained_foreign_activity" in n for n in verdict["notes"])
+    assert any(n.startswith("ignored (R17)") for n in verdict["notes"])
+    assert not any(n.startswith("allowed by the readiness") for n in verdict["notes"])

@@ -129,9 +129,8 @@ def resolution_refusal(
         hint += (
             f"; the primary {primary.name!r} ({primary.unit}) is a wall-clock time and this host "
             f"is loaded ({load_per_cpu:.2f} load per CPU): a metric the host's load cannot move, "
-            "such as the process's own CPU time (e.g. time.process_time() in the driver), on a "
-            "new Target (target supersede) with readiness "
-            "statistics.allow_explained_foreign_activity: true, resolves far smaller effects"
+            "such as the process's own CPU time (cpu_time, which perfledger observes), on a "
+            "new Target (target supersede), resolves far smaller effects"
         )
     raise rules.refuse(
         "R4",

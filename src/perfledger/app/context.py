@@ -192,29 +192,27 @@ def start_formal_run(
     execute(ledger, "formal-run.start", body, actor=actor)
 
 
-def foreign_activity_warnings(
-    pairs: list[dict[str, Any]], stage: str, allowed: bool = False
-) -> list[str]:
+def foreign_activity_warnings(pairs: list[dict[str, Any]], stage: str) -> list[str]:
     """Warnings about the samples' windows before they are recorded (R17): the pairs (request
     dicts of ``samples.record``) whose monitor saw foreign activity that no explanation covers
-    make every verdict on these samples ``inconclusive``; at a formal stage, an explanation of
-    more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of the
-    pairs lets nothing pass unless the readiness ``allowed`` it
-    (``statistics.allow_explained_foreign_activity``), so the warning says to measure again.
-    Returns: zero or one warning line."""
+    make every verdict on these samples ``inconclusive``; at a formal stage, more than
+    :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of the pairs lets
+    nothing pass unless an actor other than the experiment's reviews the samples (``VerdictRecorded``
+    schema 11, ``FinalAuditRecorded`` 14: no readiness setting waives it), so the warning says
+    to measure again or have them reviewed. Returns: zero or one warning line."""
 
     indices = [i for i, p in enumerate(pairs) if (p.get("monitor") or {}).get("foreign_activity")]
     if not indices:
         return []
-    if stage in FORMAL_STAGES and not allowed and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
+    if stage in FORMAL_STAGES and len(indices) > FOREIGN_SHARE_LIMIT * len(pairs):
         return [
             f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "
             "activity (other processes' CPU or GPU use above the monitor's threshold): the "
-            "verdict on these samples will be inconclusive (R17). Explaining them (`perfledger "
-            "activity explain`, citing another actor's review) cannot let a formal stage pass when they "
-            f"exceed {100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs, since this Target's readiness "
-            "does not declare its metric immune to the host's load "
-            "(statistics.allow_explained_foreign_activity): measure again on a quieter machine"
+            "verdict on these samples will be inconclusive (R17). Beyond "
+            f"{100 * FOREIGN_SHARE_LIMIT:.0f} % of the pairs a formal stage passes only where "
+            "another actor (not the experiment's) reviews these samples (`perfledger review "
+            "record`, then `perfledger activity explain` citing it); no readiness setting waives "
+            "it: measure again on a quieter machine, or have the samples reviewed"
         ]
     return [
         f"{len(indices)}/{len(pairs)} {stage}-stage sample windows had unexplained foreign "

@@ -127,6 +127,9 @@ def record_decision(
             text = readiness_warning(body, observed_primary=primary in OBSERVED_METRICS)
             if text is not None:
                 warn(f"warning: {text}")
+            flag = foreign_flag_warning(body)
+            if flag is not None:
+                warn(f"warning: {flag}")
         body, artifacts = readiness_edge(ledger, body)
     if op == "experiment.create":  # candidate.subject -> its snapshot (R11)
         body, artifacts = candidate_edge(ledger, body)
@@ -140,9 +143,27 @@ def record_decision(
     return Recorded(op, list(envelopes))
 
 
+def foreign_flag_warning(body: Any) -> str | None:
+    """The warning for a readiness request that sets ``statistics.allow_explained_foreign_activity``
+    (R17): from ``VerdictRecorded`` schema 11 and ``FinalAuditRecorded`` 14 the flag decides
+    nothing (a value the agent who wants the result types is no evidence), and no measurement of
+    the original honours it; the readiness is still recorded (its schema is unchanged). None
+    otherwise."""
+    statistics = body.get("statistics") if isinstance(body, dict) else None
+    if not (isinstance(statistics, dict) and statistics.get("allow_explained_foreign_activity")):
+        return None
+    return (
+        "statistics.allow_explained_foreign_activity is ignored (R17): foreign activity on more "
+        "than 20 % of a formal stage's pairs is lifted only by a review of those samples by an "
+        "actor other than the experiment's (`perfledger review record`), and a baseline or A/A "
+        "over that share is refused whatever the readiness says; measure on a quieter host"
+    )
+
+
 __all__ = [
     "Recorded",
     "explanation",
+    "foreign_flag_warning",
     "good_review_signature",
     "outside_samples_only",
     "record_decision",

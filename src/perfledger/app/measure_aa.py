@@ -36,7 +36,6 @@ from perfledger.app.identity import (
 from perfledger.app.kernel_identity import original_kernel_directory
 from perfledger.app.measure_baseline import (
     Progress,
-    foreign_allowed,
     kernel_original_copies,
     no_progress,
 )
@@ -290,7 +289,7 @@ def _workload_aa(
         "note": monitor_note,
     }  # fmt: skip
     # R17, under either protocol: its medians would be the reference watch's yardstick
-    refusal = foreign_windows_refusal(windows, "A/A", foreign_allowed(target))
+    refusal = foreign_windows_refusal(windows, "A/A")
     if refusal is not None:
         if request.record:
             raise refusal

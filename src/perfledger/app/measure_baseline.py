@@ -148,9 +148,7 @@ def measure_baseline_of(
         # R17: windows another process's load touched are recorded; too many of them refuse
         # it, under either protocol (the self-timed driver's windows are its calls')
         span = "pair" if primary.name in OBSERVED_METRICS else "call"
-        refusal = foreign_windows_refusal(
-            monitored["windows"], "baseline", foreign_allowed(target), span=span
-        )
+        refusal = foreign_windows_refusal(monitored["windows"], "baseline", span=span)
         if refusal is not None:
             raise refusal
     body.update(
@@ -195,13 +193,6 @@ def _measure_observed(
             on_call=advance,
         )  # fmt: skip
     return rows, body, settings
-
-
-def foreign_allowed(target: Any) -> bool:
-    """Whether the Target's readiness declares its metric immune to the host's load
-    (``statistics.allow_explained_foreign_activity``, R17)."""
-    statistics = getattr(target.readiness, "statistics", None)
-    return bool(getattr(statistics, "allow_explained_foreign_activity", False))
 
 
 def kernel_original_copies(target: Any, kernel_dir: str | None, role: str) -> SubjectCopies | None:
@@ -449,7 +440,6 @@ __all__ = [
     "DEFAULT_CALLS",
     "MeasuredBaseline",
     "call_windows",
-    "foreign_allowed",
     "kernel_original_copies",
     "measure_baseline_of",
     "medians",

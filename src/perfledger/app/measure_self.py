@@ -323,9 +323,7 @@ def measure_self_timed(
         body["identity"] = code
     body["provenance"] = measured_provenance(SELF_PROTOCOL, run.settings)
     artifact = raw_table("workload", run, env, windows, monitor_note, monitor)
-    readiness = info["target"].readiness
-    allowed = bool(readiness and readiness.statistics.allow_explained_foreign_activity)
-    warnings = foreign_activity_warnings(body["pairs"], stage, allowed)
+    warnings = foreign_activity_warnings(body["pairs"], stage)
     warnings += environment_warnings(  # code loaded from outside both subjects
         run.settings["environment"], [run.settings["ref_argv"], run.settings["cand_argv"]], stage
     )

@@ -56,7 +56,7 @@ from perfledger.app.context import (
 from perfledger.app.identity import split_command, subject_copies
 from perfledger.commands.registry.operations import execute, preview
 from perfledger.commands.workflow import rules
-from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT
+from perfledger.commands.workflow.foreign_share import FOREIGN_SHARE_LIMIT, over_limit
 from perfledger.commands.workflow.output_rules import compared
 from perfledger.commands.workflow.raw_table import binding_of
 from perfledger.commands.workflow.requests import OutputCheck
@@ -427,10 +427,7 @@ def measure_workload(
     }
     figures = _case_figures(run.pairs())
     findings = _findings(figures, request.stage, run.settings)
-    readiness = target.readiness
-    warnings = foreign_activity_warnings(
-        pairs, request.stage, bool(readiness.statistics.allow_explained_foreign_activity)
-    )
+    warnings = foreign_activity_warnings(pairs, request.stage)
     result = {
         "samples_id": sid, "protocol": run.settings["protocol"], "pairs_recorded": len(pairs),
         "fresh_worker": run.settings["fresh_worker"], "fresh_reason": run.settings["fresh_reason"],
@@ -575,20 +572,20 @@ def monitor_windows(run: WorkerRun, monitor: Any) -> list[dict[str, Any]]:
 
 
 def foreign_windows_refusal(
-    windows: list[dict[str, Any]], what: str, allowed: bool, *, span: str = "pair"
+    windows: list[dict[str, Any]], what: str, *, span: str = "pair"
 ) -> RuleRefused | None:
-    """R17 for a measurement of the original against itself (the baseline, the A/A): no review
-    can explain its windows (it has no samples to review), so where the monitor saw foreign
-    activity in more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT`
-    of them, the share beyond which a formal stage cannot pass even explained, it is refused,
-    unless the readiness declared the metric immune to the host's load (``allowed``:
-    ``statistics.allow_explained_foreign_activity``). ``what`` names it (``baseline``, ``A/A``),
-    ``span`` what one window covers (``pair``; ``call``: a self-timed baseline's calls).
-    Both protocols' baselines and A/As are judged here, the worker protocol's and the
-    self-timed driver's. Returns: the refusal to raise (its message gives the figures), or
-    None."""
+    """R17 for a measurement of the original against itself (the baseline, the A/A): where the
+    monitor saw foreign activity in more than
+    :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of its windows, the
+    share beyond which a formal stage cannot pass without another actor's review, it is refused,
+    whatever the readiness declares (``statistics.allow_explained_foreign_activity``, a value the
+    agent types, waives nothing: issue 34). No review can lift it: a refused measurement has no
+    event to review, so the remedy is a quieter host. ``what`` names it (``baseline``, ``A/A``),
+    ``span`` what one window covers (``pair``; ``call``: a self-timed baseline's calls). Both
+    protocols' baselines and A/As are judged here, the worker protocol's and the self-timed
+    driver's. Returns: the refusal to raise (its message gives the figures), or None."""
     touched = [w for w in windows if w.get("foreign_activity")]
-    if allowed or not windows or len(touched) <= FOREIGN_SHARE_LIMIT * len(windows):
+    if not over_limit(len(touched), len(windows)):
         return None
     cores = sorted(float(w.get("foreign_cores") or 0.0) for w in touched)
     reasons = sorted({r for w in touched for r in w.get("reasons", ()) if r != "host_monitor"})
@@ -598,11 +595,9 @@ def foreign_windows_refusal(
         f"the monitor saw foreign activity in {len(touched)} of {len(windows)} {what} {span} "
         f"windows ({100 * len(touched) / len(windows):.0f} % > "
         f"{100 * FOREIGN_SHARE_LIMIT:.0f} %{shown}; {', '.join(reasons[:5]) or 'no reason'}): "
-        f"the {what}'s figures would carry another process's load, and no review can explain "
-        "them; nothing was recorded",
-        "measure again on a quiet host (the windows are what the monitor saw); a Target whose "
-        "metric the host's load cannot move declares so in its readiness "
-        "(statistics.allow_explained_foreign_activity)",
+        f"the {what}'s figures would carry another process's load; nothing was recorded",
+        "measure again on a quieter host (the windows are what the monitor saw; stop the other "
+        "work, or use a machine of its own); no readiness setting waives this",
     )
 
 

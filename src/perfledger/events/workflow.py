@@ -231,9 +231,11 @@ class Statistics(_Part, kw_only=True):
     how the primary verdict aggregates the cases (``aggregation``), whether a case whose CI lies
     wholly on the losing side may coexist with a pass (``allow_case_regression``), whether
     formal stages may use samples recorded from outside perfledger (``allow_outside_samples``)
-    and whether they may pass with explained foreign activity on more than 20 % of their pairs
-    (``allow_explained_foreign_activity``, R17: for a metric the host's load cannot move, e.g. a
-    process's own CPU time; :mod:`perfledger.commands.workflow.foreign_share`)."""
+    and ``allow_explained_foreign_activity`` (R17), which decided whether formal stages may pass
+    with explained foreign activity on more than 20 % of their pairs only for verdicts and final
+    audits recorded before :data:`R17_FOREIGN_SHARE_BY_REVIEW_VERDICT`: from it the flag decides
+    nothing (a review by another actor does; :mod:`perfledger.commands.workflow.foreign_share`),
+    and a readiness that sets it is recorded with a warning."""
 
     min_pairs_per_case: int = 5
     confidence: float = 0.95
@@ -1514,6 +1516,21 @@ R4_MEASURED_BASELINE = 2
 #: before are re-derived with the resolution in force when they were recorded.
 R4_RESOLUTION_AT_RUN_VERDICT = 10
 R4_RESOLUTION_AT_RUN_FINAL_AUDIT = 13
+#: The ``VerdictRecorded`` and ``FinalAuditRecorded`` schema versions from which the readiness's
+#: ``statistics.allow_explained_foreign_activity`` decides nothing (R17, issue 34: foreign
+#: activity is explained only by evidence, never by a value the agent who wants the result
+#: types): a formal stage whose samples saw foreign activity in more than 20 % of their pairs
+#: (:data:`perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT`) may pass only where a
+#: ``ReviewRecorded`` on those samples' event, its dissent settled, was appended by an actor
+#: other than the experiment's creator, the samples' recorder and the one deciding; a set flag is
+#: noted as ignored. Verdicts and final audits recorded before are re-derived with the flag.
+R17_FOREIGN_SHARE_BY_REVIEW_VERDICT = 11
+R17_FOREIGN_SHARE_BY_REVIEW_FINAL_AUDIT = 14
+#: The ``BaselineRecorded`` schema version from which the decider re-judges the monitor windows
+#: of a measured baseline's attached raw table (``monitor.windows`` of ``baseline.json``; R17):
+#: foreign activity in more than 20 % of them refuses the baseline, at record time and at audit,
+#: whatever the readiness declares. Baselines recorded before are not re-judged.
+R17_BASELINE_WINDOWS = 3
 
 
 def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
@@ -1562,7 +1579,10 @@ def _same_payload(payload: dict[str, Any]) -> dict[str, Any]:
 #: the reviewer's SSH signature (:data:`R12_SIGNED_REVIEW`). Version 2 of
 #: ``BaselineRecorded`` takes only a measured baseline (:data:`R4_MEASURED_BASELINE`). Version 10
 #: of ``VerdictRecorded`` and 13 of ``FinalAuditRecorded`` judge a formal stage with the
-#: resolution in force when its run started (:data:`R4_RESOLUTION_AT_RUN_VERDICT`).
+#: resolution in force when its run started (:data:`R4_RESOLUTION_AT_RUN_VERDICT`). Version 11
+#: of ``VerdictRecorded`` and 14 of ``FinalAuditRecorded`` lift R17's 20 % limit only by a
+#: review by another actor (:data:`R17_FOREIGN_SHARE_BY_REVIEW_VERDICT`); version 3 of
+#: ``BaselineRecorded`` re-judges its monitor windows (:data:`R17_BASELINE_WINDOWS`).
 SCHEMA_VERSIONS = {
     "SamplesRecorded": max(
         R12_WALL_VALUE_COUNTS,
@@ -1586,6 +1606,7 @@ SCHEMA_VERSIONS = {
         R14_UNACCOUNTED_VERDICT,
         R5_REPORTED_VERDICT,
         R4_RESOLUTION_AT_RUN_VERDICT,
+        R17_FOREIGN_SHARE_BY_REVIEW_VERDICT,
     ),
     "FinalAuditRecorded": max(
         R12_EVERY_CASE_FINAL_AUDIT,
@@ -1597,6 +1618,7 @@ SCHEMA_VERSIONS = {
         R5_REPORTED_FINAL_AUDIT,
         R12_IMPLAUSIBLE_FINAL_AUDIT,
         R4_RESOLUTION_AT_RUN_FINAL_AUDIT,
+        R17_FOREIGN_SHARE_BY_REVIEW_FINAL_AUDIT,
     ),
     "ExperimentCreated": max(
         R6_RECORDED_APPLICABILITY,
@@ -1629,7 +1651,7 @@ SCHEMA_VERSIONS = {
     "TargetSuperseded": max(R1_KNOWN_UNITS, RANGES_TARGET_SUPERSEDED, R1_OBSERVED_DIRECTION),
     "ActivityExplained": max(R17_EXPLAINED_BY_REVIEW, R17_NO_TYPED_EXPLANATION),
     "ReconciliationRecorded": RANGES_RECONCILIATION,
-    "BaselineRecorded": R4_MEASURED_BASELINE,
+    "BaselineRecorded": max(R4_MEASURED_BASELINE, R17_BASELINE_WINDOWS),
 }
 
 #: Commit subjects earlier versions wrote (``verify`` binds a subject to its event's payload).

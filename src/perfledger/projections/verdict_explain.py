@@ -18,8 +18,9 @@ The conditions, in the order they are checked (the first that applies decided):
 ``degenerate``
     a zero-width CI (identical values prove nothing);
 ``foreign_share``
-    R17: foreign activity touched more than a share of a formal stage's pairs; explained or not,
-    it cannot by itself let the result pass (measure again on a quiet host);
+    R17: foreign activity touched more than a share of a formal stage's pairs; an explanation
+    cannot by itself let the result pass (measure again on a quiet host; from ``VerdictRecorded``
+    11 a review of the samples by an actor other than the experiment's lifts it);
 ``foreign_activity``
     R17: pairs overlap unexplained foreign activity (the derivation alone was pass or fail);
 ``wall_clock``

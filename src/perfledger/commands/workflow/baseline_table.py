@@ -36,12 +36,18 @@ is not caught here (provenance is not a signature; docs/verdicts.md).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from perfledger.commands.workflow.aa_table import AaTableMismatch, bound_table
 from perfledger.commands.workflow.aa_table import _refuse_copied_calls as refuse_copied_calls
+from perfledger.commands.workflow.foreign_share import (
+    FOREIGN_SHARE_LIMIT,
+    over_limit,
+    windows_share,
+)
 from perfledger.commands.workflow.raw_table import observed_rows_mismatch, wall_consistent
 from perfledger.commands.workflow.rules import refuse
 from perfledger.derive.units import UNITS_PER_SECOND
@@ -224,6 +230,46 @@ def measured_values(
     return derived
 
 
+def baseline_windows_rule(name: str, artifact: Any) -> None:
+    """R17 (``BaselineRecorded`` schema :data:`~perfledger.events.workflow.R17_BASELINE_WINDOWS`
+    on): the monitor windows a measured baseline's raw table records (``monitor.windows``, as
+    ``perfledger measure baseline`` of an observed primary writes them) are judged again by the
+    decider, at record time and on replay, so that a baseline recorded through the library, or
+    a table edited by hand, cannot skip the application layer's refusal: foreign activity in
+    more than :data:`~perfledger.commands.workflow.foreign_share.FOREIGN_SHARE_LIMIT` of them
+    refuses it, whatever the readiness declares. No review can lift it (a refused baseline has
+    no event to review). A table that records no windows (the self-timed driver's, a kernel
+    harness's: measured without a monitor) is not judged here. ``name``: the attached table's
+    name; ``artifact``: the decision's attachment reader.
+
+    Raises: RuleRefused (R17) with the figures.
+    """
+    raw = artifact(name) if artifact is not None else None
+    try:
+        table = json.loads(raw) if raw is not None else None
+    except (ValueError, UnicodeDecodeError):
+        table = None  # measured_values refused such a table already
+    monitor = table.get("monitor") if isinstance(table, dict) else None
+    if monitor is None:
+        return
+    windows = monitor.get("windows") if isinstance(monitor, dict) else None
+    if not isinstance(windows, list):
+        raise refuse(
+            "R17",
+            "the baseline raw table's monitor record holds no list of windows",
+            MEASURE_HINT,
+        )
+    touched, total = windows_share(windows)
+    if over_limit(touched, total):
+        raise refuse(
+            "R17",
+            f"the baseline raw table's monitor saw foreign activity in {touched} of {total} "
+            f"windows ({100 * touched / total:.0f} % > {100 * FOREIGN_SHARE_LIMIT:.0f} %): the "
+            "baseline would carry another process's load; no readiness setting waives this",
+            "measure the baseline again on a quieter host (`perfledger measure baseline`)",
+        )
+
+
 def same_values(
     derived: tuple[list[float], list[str], list[str]],
     values: list[float],
@@ -248,6 +294,7 @@ def same_values(
 __all__ = [
     "MEASURE_HINT",
     "BaselineTableMismatch",
+    "baseline_windows_rule",
     "measured_values",
     "rederive_baseline",
     "same_values",

@@ -33,10 +33,10 @@ from perfledger.commands.workflow import (
 )
 from perfledger.commands.workflow import requests as rq
 from perfledger.commands.workflow.aa_table import AaTableMismatch, aa_case_medians, rederive_aa
-from perfledger.commands.workflow.baseline_table import measured_values
+from perfledger.commands.workflow.baseline_table import baseline_windows_rule, measured_values
 from perfledger.commands.workflow.foreign_share import formal_foreign_rule
 from perfledger.commands.workflow.requests import dump
-from perfledger.commands.workflow.review_evidence import interested_actors
+from perfledger.commands.workflow.review_evidence import interested_actors, settling_review
 from perfledger.commands.workflow.rules import refuse
 from perfledger.commands.workflow.verdict_guards import (
     r2_declared_before_data,
@@ -106,6 +106,9 @@ from perfledger.events.workflow import (
     R14_STATED_INTERVAL,
     R14_TRUE_NOTE,
     R14_UNJUDGED_BLOCKS_CHAMPION,
+    R17_BASELINE_WINDOWS,
+    R17_FOREIGN_SHARE_BY_REVIEW_FINAL_AUDIT,
+    R17_FOREIGN_SHARE_BY_REVIEW_VERDICT,
     R17_SAMPLES_TYPED_EXPLANATION_IGNORED,
     R18_LEDGER_FILLED,
     R18_STOP_REASON_AGREES,
@@ -532,7 +535,9 @@ def decide_baseline_record(
     :data:`~perfledger.events.workflow.R4_MEASURED_BASELINE` the values must be what the named
     raw table re-derives (:mod:`perfledger.commands.workflow.baseline_table`), recorded with
     ``source: perfledger``; a baseline without one is recorded ``declared`` and decides
-    nothing."""
+    nothing. From schema :data:`~perfledger.events.workflow.R17_BASELINE_WINDOWS` the monitor
+    windows of that table are re-judged (R17: foreign activity in more than 20 % of them is
+    refused, at record time and at audit)."""
     target = rules.r1_target_current(state, req.target_id)
     rules.r2_ready(target)
     readiness = target.readiness
@@ -568,6 +573,8 @@ def decide_baseline_record(
         body["source"] = "perfledger" if raw_table else "declared"
         if raw_table:
             measured_values(target, req, ctx.artifact)
+            if rules_version(ctx, "BaselineRecorded") >= R17_BASELINE_WINDOWS:
+                baseline_windows_rule(req.raw_table, ctx.artifact)  # R17, no flag waives it
             body["raw_table"] = raw_table
     elif raw_table:
         raise BadRequest(
@@ -1506,10 +1513,41 @@ def _wall_clock_rule(samples: SamplesRecorded, status: str, notes: list[str]) ->
 
 
 def _foreign_allowed(target: TargetView) -> bool:
-    """Whether the Target's readiness allows formal stages to pass with explained foreign
-    activity on many pairs (R17, :func:`perfledger.commands.workflow.foreign_share.formal_foreign_rule`)."""
+    """Whether the Target's readiness sets ``statistics.allow_explained_foreign_activity``
+    (R17, :func:`perfledger.commands.workflow.foreign_share.formal_foreign_rule`: it decides only
+    for events recorded before the review rule)."""
     readiness = target.readiness
     return readiness is not None and readiness.statistics.allow_explained_foreign_activity
+
+
+def _formal_foreign(
+    state: WorkflowState,
+    target: TargetView,
+    samples: SamplesRecorded,
+    samples_event: str,
+    status: str,
+    notes: list[str],
+    ctx: DecisionContext,
+    review_rule: bool,
+) -> str:
+    """R17's 20 % limit at a formal stage (:func:`formal_foreign_rule`), with what lifts it by
+    the rule version: before the review rule (``review_rule`` false) the readiness flag; from
+    it only a settled review of the samples' event (``samples_event``) appended by an actor
+    other than the experiment's creator, the samples' recorder and the one deciding
+    (:func:`perfledger.commands.workflow.review_evidence.settling_review`); the flag is then
+    noted as ignored. Returns: the status."""
+    flag = _foreign_allowed(target)
+    if not review_rule:
+        return formal_foreign_rule(samples, status, notes, flag)
+    creator = state.experiments[samples.experiment_id].event_id
+    interested = interested_actors(ctx.actor_of, ctx.actor, creator, samples_event)
+    review = settling_review(state, samples_event, interested, ctx.actor_of)
+    reviewed_by = None
+    if review is not None and ctx.actor_of is not None:
+        reviewed_by = ctx.actor_of(review.event_id)
+    return formal_foreign_rule(
+        samples, status, notes, review_rule=True, reviewed_by=reviewed_by, flag_ignored=flag
+    )
 
 
 def decide_verdict_record(
@@ -1551,7 +1589,10 @@ def decide_verdict_record(
             "performance attribution is inconclusive (correctness stands)"
         )
     if not ctx.recorded_before("VerdictRecorded", PER_CASE_V2):
-        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
+        by_review = rules_version(ctx, "VerdictRecorded") >= R17_FOREIGN_SHARE_BY_REVIEW_VERDICT
+        status = _formal_foreign(
+            state, target, samples, samples_event, status, notes, ctx, by_review
+        )
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "VerdictRecorded") >= R12_EVERY_CASE:
         status = r12_every_case(target, samples, status, notes)
@@ -1681,7 +1722,12 @@ def decide_final_audit_record(
         status = "inconclusive"
         notes.append("R17: unexplained foreign activity in the window")
     if not ctx.recorded_before("FinalAuditRecorded", PER_CASE_V2):
-        status = formal_foreign_rule(samples, status, notes, _foreign_allowed(target))
+        by_review = (
+            rules_version(ctx, "FinalAuditRecorded") >= R17_FOREIGN_SHARE_BY_REVIEW_FINAL_AUDIT
+        )
+        status = _formal_foreign(
+            state, target, samples, samples_event, status, notes, ctx, by_review
+        )
     status = _wall_clock_rule(samples, status, notes)
     if rules_version(ctx, "FinalAuditRecorded") >= R12_EVERY_CASE_FINAL_AUDIT:
         status = r12_every_case(target, samples, status, notes)

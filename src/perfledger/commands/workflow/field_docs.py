@@ -339,9 +339,10 @@ MODEL_FIELDS: dict[str, str] = {
     "beyond the resolution does not block pass (R12); default false.",
     "Statistics.allow_outside_samples": "true: formal stages (target, final_audit) may use samples "
     "recorded from outside perfledger (R5); default false.",
-    "Statistics.allow_explained_foreign_activity": "true: the primary metric cannot be moved by "
-    "the host's load (e.g. the process's own CPU time), so explained foreign activity on more than "
-    "20 % of a formal stage's pairs does not keep it from passing (R17); default false.",
+    "Statistics.allow_explained_foreign_activity": "Ignored (R17, VerdictRecorded schema 11, "
+    "FinalAuditRecorded 14): a value the agent types decides nothing and a readiness that sets it "
+    "is recorded with a warning; foreign activity on more than 20 % of a formal stage's pairs is "
+    "lifted only by a review of the samples by another actor. Default false.",
     "ResolutionRecord.per_case": "The A/A resolution of each test case: case -> ratio (R4).",
     "ReviewRecord.review_id": "This review's id (chosen here).",
     "ReviewRecord.reviewer": "Who reviewed (a person or an agent).",

@@ -314,8 +314,8 @@ class Statistics(Request, kw_only=True):
     allow_case_regression: bool = False
     #: formal stages (target, final audit) may use samples recorded from outside (R5)
     allow_outside_samples: bool = False
-    #: formal stages may pass with explained foreign activity on more than 20 % of their pairs
-    #: (R17): only for a metric the host's load cannot move (e.g. a process's own CPU time)
+    #: ignored (R17, ``VerdictRecorded`` 11 and ``FinalAuditRecorded`` 14 on: only a review by
+    #: another actor lifts the 20 % foreign-activity limit); decided verdicts recorded before
     allow_explained_foreign_activity: bool = False
 
 
