@@ -399,7 +399,11 @@ def test_r4_aa_stopping_rule_adds_pairs_until_half_the_minimum_effect(
 def test_r4_aa_without_runs_records_what_its_stopping_rule_ran(tmp_path: Path, bench: Path) -> None:
     """End to end on a real worker: the A/A without ``--runs`` keeps every pair it ran in its
     table and records the rule and the pairs per case in its settings; its resolution is at
-    most half the minimum effect unless the cap stopped it."""
+    most half the minimum effect unless the cap stopped it. A minimum effect of 50 %: this
+    shared host's A/A of 1 ms calls then usually stops at its first block (10 pairs; now and then
+    one more block), where at 5 % it always ran to the cap (60 pairs, each call paying the
+    protocol's overhead). How many pairs the rule asks for is decided on recorded rows
+    (``test_r4_aa_stopping_rule_adds_pairs_until_half_the_minimum_effect``)."""
     from perfledger.app.measure_workload import (
         AA_MAX_PAIRS,
         AA_START_PAIRS,
@@ -408,7 +412,7 @@ def test_r4_aa_without_runs_records_what_its_stopping_rule_ran(tmp_path: Path, b
         observed_aa,
     )
 
-    _setup(tmp_path / "ledger", bench)
+    _setup(tmp_path / "ledger", bench, min_effect=0.5)
     with Ledger.open(tmp_path / "ledger") as ledger:
         target = ledger.state().targets["t1"]
     valid, _notes, run = observed_aa(_cmd(bench, "--loops", "3000"), target=target,
@@ -417,7 +421,7 @@ def test_r4_aa_without_runs_records_what_its_stopping_rule_ran(tmp_path: Path, b
     assert run.settings["stopping_rule"]["pairs_per_case"] == ran
     assert AA_START_PAIRS <= ran <= AA_MAX_PAIRS and len(valid) == ran
     resolution, _ = aa_figures(target, valid)
-    assert resolution <= AA_TARGET_SHARE * 0.05 or ran == AA_MAX_PAIRS
+    assert resolution <= AA_TARGET_SHARE * 0.5 or ran == AA_MAX_PAIRS
     # an explicit --runs is run as asked (no rule)
     _, _, fixed = observed_aa(_cmd(bench, "--loops", "3000"), target=target, cases=["small"],
                               runs=4, timeout_s=60)  # fmt: skip

@@ -50,9 +50,9 @@ def _compare(cand: list[str], ref: list[str] | None = None, work_s: float = 0.5)
 
 @pytest.mark.slow
 def test_cheat_same_work_reporting_a_hundredth_of_its_time_is_flagged() -> None:
-    check = _compare(["--mode", "scaled", "--report-scale", "0.01"])
+    check = _compare(["--mode", "scaled", "--report-scale", "0.01"], work_s=CHEAT_WORK_S)
     assert check.flagged and check.cases[0].status == "flagged"
-    assert check.cases[0].reported_saving_s > 0.4  # it claims ~0.5 s per call...
+    assert check.cases[0].reported_saving_s > 0.2  # it claims ~0.25 s per call...
     assert abs(check.cases[0].wall_saving_s) < 0.1  # ...that the wall clock never saw
     assert "wall clock saw" in check.reasons[0]
 
@@ -126,12 +126,12 @@ def _compare_rate(
 
 @pytest.mark.slow
 def test_cheat_same_work_reporting_a_hundred_times_its_rate_is_flagged() -> None:
-    check = _compare_rate(
-        ["--mode", "scaled", "--report-scale", "0.01"], {"tokens_per_s": "tokens"}
-    )
+    check = _compare_rate(["--mode", "scaled", "--report-scale", "0.01"],
+                          {"tokens_per_s": "tokens"}, work_s=CHEAT_WORK_S,
+                          ref_work_s=CHEAT_WORK_S)  # fmt: skip
     assert check.flagged
     (case,) = [c for c in check.cases if c.metric == "tokens_per_s"]
-    assert case.status == "flagged" and case.reported_saving_s > 0.4
+    assert case.status == "flagged" and case.reported_saving_s > 0.2
     assert abs(case.wall_saving_s) < 0.1  # the time its rate implies it saved, never seen
 
 
@@ -207,11 +207,12 @@ def test_cheat_rate_declared_lower_is_better_reporting_a_lower_rate_is_flagged()
     assert not honest.flagged, honest.reasons
 
 
-def _compare_per_token(cand: list[str], work_s: float = 0.5) -> WallCheck:
+def _compare_per_token(cand: list[str], work_s: float = 0.5, ref_work_s: float = 0.5) -> WallCheck:
     """The reference and ``cand`` reporting ``ms_per_token`` (a time per unit of work) and
-    ``tokens``, the Target naming ``tokens`` as its work."""
+    ``tokens``, the Target naming ``tokens`` as its work; ``work_s``, ``ref_work_s``: their
+    seconds of work per call."""
     run = run_pairs(
-        Subject("ref", [*WORKLOAD, "--work-s", "0.5", "--metric", "per_token"]),
+        Subject("ref", [*WORKLOAD, "--work-s", str(ref_work_s), "--metric", "per_token"]),
         Subject("cand", [*WORKLOAD, "--work-s", str(work_s), "--metric", "per_token", *cand]),
         cases=["a"], pairs_per_case=5, warmup_calls=0, timeout_s=60,
     )  # fmt: skip
@@ -226,10 +227,11 @@ def _compare_per_token(cand: list[str], work_s: float = 0.5) -> WallCheck:
 @pytest.mark.slow
 def test_cheat_time_per_token_reporting_a_hundredth_of_its_time_is_flagged() -> None:
     """``ms/token`` (the inverse of a rate) was neither checked nor noted as unchecked."""
-    check = _compare_per_token(["--mode", "scaled", "--report-scale", "0.01"])
+    check = _compare_per_token(["--mode", "scaled", "--report-scale", "0.01"],
+                               work_s=CHEAT_WORK_S, ref_work_s=CHEAT_WORK_S)  # fmt: skip
     assert check.flagged, check
     (case,) = [c for c in check.cases if c.metric == "ms_per_token"]
-    assert case.status == "flagged" and case.reported_saving_s > 0.4
+    assert case.status == "flagged" and case.reported_saving_s > 0.2
 
 
 @pytest.mark.slow

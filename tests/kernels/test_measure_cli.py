@@ -245,7 +245,7 @@ def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) 
     _experiment(ledger_path)
     _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage", "screen",
          "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--no-monitor", "--quiet")  # fmt: skip
-    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    head = _head(ledger_path)
     gpu = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
                "--json", "--quiet", "--no-monitor", check=False)  # fmt: skip
@@ -257,7 +257,7 @@ def test_r17_host_monitor_observes_a_cpu_workloads_target_stage(tmp_path: Path) 
     assert typed.returncode == 2
     error = json.loads(typed.stdout)["error"]
     assert "--explain-foreign was removed" in error["message"] and "review" in error["message"]
-    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head  # unchanged
+    assert _head(ledger_path) == head  # unchanged
     done = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                 "target", "--ref", _cmd(), "--cand", _cmd(), "--pairs", "5", "--monitor", "host",
                 "--json", "--quiet")  # fmt: skip
@@ -299,8 +299,11 @@ def test_measure_kernel_without_gpu_is_a_clear_error(tmp_path: Path) -> None:
     assert "needs an NVIDIA GPU with CuPy" in error["hint"]
 
 
-def _head(path: Path, tmp: Path) -> str:
-    return _cli(path, tmp, "log", "-n", "1", "--json").stdout
+def _head(path: Path, tmp: Path | None = None) -> str:
+    """The head commit of the ledger at ``path``, read in-process: a test that a command recorded
+    nothing is not a test of ``log`` (``tmp``, the CLI's home, is not needed)."""
+    with Ledger.open(path) as ledger:
+        return str(ledger.head())
 
 
 def _refused_r11(proc: subprocess.CompletedProcess[str], *names: str) -> str:

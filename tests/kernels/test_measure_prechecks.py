@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_measure_cli import _head
 from wf_scenario import (
     TEST_SET_HASH,
     Session,
@@ -97,7 +98,7 @@ def test_r11_another_environment_is_refused_before_measuring(
     workload.write_text(WORKLOAD)
     marker = tmp_path / "ran"
     cmd = f"{sys.executable} {workload} {marker}"
-    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    head = _head(ledger_path)
     out = _cli(ledger_path, tmp_path, "measure", "workload", "--experiment", "e1", "--stage",
                "screen", "--ref", cmd, "--cand", cmd, "--case", "small", "--pairs", "5",
                "--no-monitor", "--json", "--quiet")  # fmt: skip
@@ -105,4 +106,4 @@ def test_r11_another_environment_is_refused_before_measuring(
     assert out.returncode == 3 and error["rule"] == "R11", out.stdout
     assert "environment" in error["message"] and "environment_id" in error["hint"]
     assert not marker.exists()
-    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
+    assert _head(ledger_path) == head

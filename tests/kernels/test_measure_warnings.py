@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_measure_cli import SELF, _cli, _cmd, _experiment, _record_resolution, _setup
+from test_measure_cli import SELF, _cli, _cmd, _experiment, _head, _record_resolution, _setup
 
 NOISY = """
 import json, random
@@ -78,14 +78,14 @@ def test_r4_measure_aa_record_refuses_a_resolution_at_or_above_min_effect_with_i
     noisy.write_text(NOISY)
     cmd = f"{sys.executable} {noisy}"
     args = ("measure", "aa", "--target", "t1", "--cmd", cmd, "--runs", "5", "--record", "--quiet")
-    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    head = _head(ledger_path)
     refused = _cli(ledger_path, tmp_path, *args, "--json", check=False)
     assert refused.returncode == 3, refused.stdout + refused.stderr
     error = json.loads(refused.stdout)["error"]
     assert error["rule"] == "R4" and "--accept-resolution" in error["hint"]
     assert "is at or above the Target's minimum effect 5.00 %" in error["message"]
     assert "per case: large " in error["message"] and ", small " in error["message"]
-    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
+    assert _head(ledger_path) == head
     first = _cli(ledger_path, tmp_path, *args, "--accept-resolution")
     assert "ResolutionEstimated" in first.stdout and " from 10 A/A pairs" in first.stdout
     assert ">= the Target's minimum effect 5.00 %: no verdict can pass" in first.stderr
@@ -109,7 +109,7 @@ def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> 
     _experiment(ledger_path)
     broken = tmp_path / "broken.py"
     broken.write_text("sizes = {'small': 1}\nprint(sizes['huge'])\n")
-    head = _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout
+    head = _head(ledger_path)
     done = _cli(ledger_path, tmp_path, "measure", "workload", *SELF, "--experiment", "e1", "--stage",
                 "screen", "--ref", f"{sys.executable} {broken}", "--cand", _cmd(), "--pairs",
                 "5", "--no-monitor", "--quiet", check=False)  # fmt: skip
@@ -117,7 +117,7 @@ def test_r5_failing_workload_error_shows_the_commands_stderr(tmp_path: Path) -> 
     assert "no usable pair" in done.stderr
     assert "exited with status 1" in done.stderr and "{'call_id'" not in done.stderr
     assert "its stderr (last lines):" in done.stderr and "KeyError: 'huge'" in done.stderr
-    assert _cli(ledger_path, tmp_path, "log", "-n", "1", "--json").stdout == head
+    assert _head(ledger_path) == head
 
 
 @pytest.mark.slow
