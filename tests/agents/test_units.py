@@ -29,8 +29,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from perfledger.api import Ledger
+from perfledger.app.event_lookup import artifact_of, artifacts_of, show_event
 from subprocess_env import isolated_env, perfledger_command
 
 #: One session of real processes (calls that sleep, measured end to end) for every test.
@@ -190,15 +193,35 @@ def _run_session(root: Path) -> tuple[Session, float]:
         "audit": ("audit",),
     }.items():  # fmt: skip
         s.cli(name, *args)
-    for event in s.answers["log"]["events"]:
-        eid = event["event_id"]
-        s.cli(f"event {eid[:12]}", "show", eid)
-        for artifact in s.cli(f"artifacts {eid[:12]}", "artifact", "list", eid)["artifacts"]:
-            if artifact["media_type"] == "application/json":
-                out = s.root / f"{eid[:12]}-{artifact['name']}"
-                s.cli(f"get {eid[:12]}", "artifact", "get", eid, artifact["name"], "-o", str(out))
-                s.answers[f"artifact {eid[:12]} {artifact['name']}"] = json.loads(out.read_text())
+    # every event and its JSON artifacts, read in-process through the same application functions
+    # that `show`, `artifact list` and `artifact get` call (JSON round-tripped as the CLI emits
+    # it); the CLI answers the last of each, which must be the same (three process starts, not
+    # three per event)
+    last: tuple[str, str] | None = None
+    with Ledger.open(s.root / "ledger") as ledger:
+        for event in s.answers["log"]["events"]:
+            eid = event["event_id"]
+            s.answers[f"event {eid[:12]}"] = _json_of(show_event(ledger, eid).to_json())
+            listed = _json_of(msgspec.to_builtins(artifacts_of(ledger, eid).artifacts))
+            s.answers[f"artifacts {eid[:12]}"] = {"event_id": eid, "artifacts": listed}
+            for artifact in listed:
+                if artifact["media_type"] == "application/json":
+                    data = artifact_of(ledger, eid, artifact["name"])[1]
+                    s.answers[f"artifact {eid[:12]} {artifact['name']}"] = json.loads(data)
+                    last = (eid, artifact["name"])
+    assert last is not None, "the session records JSON artifacts"
+    eid, name = last
+    assert s.cli("cli show", "show", eid) == s.answers[f"event {eid[:12]}"]
+    assert s.cli("cli artifacts", "artifact", "list", eid) == s.answers[f"artifacts {eid[:12]}"]
+    out = s.root / f"{eid[:12]}-{name}"
+    s.cli("cli get", "artifact", "get", eid, name, "-o", str(out))
+    assert json.loads(out.read_text()) == s.answers[f"artifact {eid[:12]} {name}"]
     return s, time.monotonic() - t0
+
+
+def _json_of(data: Any) -> Any:
+    """``data`` as the CLI's ``--json`` answer carries it (JSON text decoded)."""
+    return json.loads(msgspec.json.encode(data))
 
 
 @pytest.fixture(scope="module")
@@ -314,27 +337,23 @@ def test_recorded_gpu_sessions_event_times_are_seconds_and_medians_say_what_of(
     subprocess.run(["git", "clone", "-q", "-b", "ledger",
                     str(ROOT / "examples" / "recorded" / "session.bundle"), str(ledger)],
                    env=env, check=True, capture_output=True)  # fmt: skip
-    run = [*perfledger_command(), "--ledger", str(ledger)]
-    log = subprocess.run([*run, "log", "--json"], env=env, capture_output=True, text=True,
-                         check=True)  # fmt: skip
     comparisons = 0
-    for event in json.loads(log.stdout)["events"]:
-        if event["kind"] not in ("SamplesRecorded", "ResolutionEstimated"):
-            continue
-        listed = subprocess.run([*run, "artifact", "list", event["event_id"], "--json"],
-                                env=env, capture_output=True, text=True, check=True)  # fmt: skip
-        for artifact in json.loads(listed.stdout)["artifacts"]:
-            got = subprocess.run([*run, "artifact", "get", event["event_id"], artifact["name"]],
-                                 env=env, capture_output=True, text=True, check=True)  # fmt: skip
-            data = json.loads(got.stdout)
-            for group in data.get("cases") or data.get("comparisons") or ():
-                rows, stats = group["rows"], group["stats"]
-                for row in rows:
-                    assert 0 < row["ref_s"] <= row["ref_wall_s"] < 1.0, row
-                    assert 0 < row["cand_s"] <= row["cand_wall_s"] < 1.0, row
-                calls = 1 if stats.get("medians_per") == "call" else 2  # else an ABBA block
-                for side in ("ref", "cand"):
-                    per_call = statistics.median(r[f"{side}_s"] for r in rows)
-                    assert stats[f"{side}_median_s"] == pytest.approx(calls * per_call, rel=0.1)
-                comparisons += 1
+    # the figures are the recorded session's (read in-process: what is tested is the data, not
+    # the CLI that shows it)
+    with Ledger.open(ledger) as opened:
+        for event in opened.log():
+            if event.kind not in ("SamplesRecorded", "ResolutionEstimated"):
+                continue
+            for artifact in artifacts_of(opened, event.event_id).artifacts:
+                data = json.loads(artifact_of(opened, event.event_id, artifact.name)[1])
+                for group in data.get("cases") or data.get("comparisons") or ():
+                    rows, stats = group["rows"], group["stats"]
+                    for row in rows:
+                        assert 0 < row["ref_s"] <= row["ref_wall_s"] < 1.0, row
+                        assert 0 < row["cand_s"] <= row["cand_wall_s"] < 1.0, row
+                    calls = 1 if stats.get("medians_per") == "call" else 2  # else an ABBA block
+                    for side in ("ref", "cand"):
+                        per_call = statistics.median(r[f"{side}_s"] for r in rows)
+                        assert stats[f"{side}_median_s"] == pytest.approx(calls * per_call, rel=0.1)
+                    comparisons += 1
     assert comparisons >= 10

@@ -33,9 +33,11 @@ def _verify_json(cli: Callable[..., Any], path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_two_clones_append_500_each_concurrently_and_converge(
+def test_two_clones_append_200_each_concurrently_and_converge(
     tmp_path: Path, served: Path, daemon: str, cli: Any, git: Any, env: dict[str, str]
 ) -> None:
+    # 200 appends each, a sync every 10: twenty sync rounds per writer racing the other's, as many
+    # fetched packs as 500 appends synced every 25 made (what the pack bound below is about)
     origin = _origin(served)
     origin.close()
     url = f"{daemon}/ledger.git"
@@ -44,7 +46,7 @@ def test_two_clones_append_500_each_concurrently_and_converge(
         assert proc.returncode == 0, proc.stderr
     procs = [
         subprocess.Popen(
-            [sys.executable, str(HERE / "_syncer.py"), str(tmp_path / name), name, "500", "25"],
+            [sys.executable, str(HERE / "_syncer.py"), str(tmp_path / name), name, "200", "10"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -62,7 +64,7 @@ def test_two_clones_append_500_each_concurrently_and_converge(
     heads = {name: Ledger.open(tmp_path / name) for name in ("a", "b")}
     try:
         assert heads["a"].head() == heads["b"].head()  # the same DAG, to the commit
-        assert heads["a"].store.count() == 1 + 3 + 1000
+        assert heads["a"].store.count() == 1 + 3 + 400
         for ledger in heads.values():
             stats = pack_stats(ledger.store)
             assert stats["packs"] <= MAX_PACKS + 1, stats
@@ -71,7 +73,7 @@ def test_two_clones_append_500_each_concurrently_and_converge(
             ledger.close()
     reports = [_verify_json(cli, tmp_path / name) for name in ("a", "b")]
     assert reports[0]["ok"] and reports[1]["ok"]
-    assert reports[0]["events"] == 1004 and reports[0]["merges"] >= 1
+    assert reports[0]["events"] == 404 and reports[0]["merges"] >= 1
     assert reports[0]["state_hash"] == reports[1]["state_hash"]
     # An auditor's clone made with the real git CLI verifies to the same state.
     git("clone", "--bare", "--branch", "ledger", url, tmp_path / "auditor.git")

@@ -49,6 +49,28 @@ def _merged_clones(tmp_path: Path, cli: Any) -> tuple[dict[str, Path], dict[str,
     return paths, written
 
 
+@pytest.fixture(scope="module")
+def _merged_template(
+    tmp_path_factory: pytest.TempPathFactory, cli: Any
+) -> tuple[Path, dict[str, Path], dict[str, str]]:
+    """:func:`_merged_clones` made once for the module: its directory, paths and ids (the tests
+    read copies: one retries keys and removes derived data, the other audits)."""
+    root = tmp_path_factory.mktemp("merged")
+    paths, written = _merged_clones(root, cli)
+    return root, paths, written
+
+
+@pytest.fixture
+def merged(
+    tmp_path: Path, _merged_template: tuple[Path, dict[str, Path], dict[str, str]]
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """A private copy of the merged clones a, b, c (and their origin) in ``tmp_path``."""
+    root, paths, written = _merged_template
+    copy = tmp_path / "merged"
+    shutil.copytree(root, copy, symlinks=True)
+    return {name: copy / path.relative_to(root) for name, path in paths.items()}, dict(written)
+
+
 def _answers(cli: Any, ledger: Path) -> dict[str, tuple[int, str]]:
     """Retry KEY with each clone's text: text owner -> (exit code, event id or error)."""
     out = {}
@@ -59,12 +81,14 @@ def _answers(cli: Any, ledger: Path) -> dict[str, tuple[int, str]]:
 
 
 @pytest.mark.slow
-def test_retried_key_answers_the_same_on_every_clone_cache_or_not(tmp_path: Path, cli: Any) -> None:
+def test_retried_key_answers_the_same_on_every_clone_cache_or_not(
+    merged: tuple[dict[str, Path], dict[str, str]], cli: Any
+) -> None:
     """After the merge, a retry returns the event first in the total order on both writers'
     clones and on a fresh clone (exit 0), and the other content is refused (exit 2, naming the
     winner) on all of them; deleting the derived data (index and state cache) changes
     nothing; no retry appends anything."""
-    paths, written = _merged_clones(tmp_path, cli)
+    paths, written = merged
     # both were appended on the root (Lamport 2): the smaller id is first in the total order
     winner = min(written, key=written.__getitem__)
     loser = "b" if winner == "a" else "a"
@@ -83,11 +107,11 @@ def test_retried_key_answers_the_same_on_every_clone_cache_or_not(tmp_path: Path
 
 @pytest.mark.slow
 def test_audit_reports_the_key_used_on_concurrent_branches_and_verify_stays_clean(
-    tmp_path: Path, cli: Any
+    merged: tuple[dict[str, Path], dict[str, str]], cli: Any
 ) -> None:
     """The event that lost the key is an audit finding (rule ``idempotency``) naming the
     winner, on every clone alike; the ledger itself verifies (exit 0)."""
-    paths, written = _merged_clones(tmp_path, cli)
+    paths, written = merged
     winner, loser = sorted(written.values())  # same Lamport clock: the smaller id is first
     findings = []
     for path in paths.values():

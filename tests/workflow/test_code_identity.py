@@ -196,8 +196,16 @@ def _own_experiment(s: Session, cand: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Session:
-    s = Session(tmp_path_factory.mktemp("identity"))
+def session(identity_session: Session) -> Session:
+    """The champion e1 session (tests/workflow/conftest.py: built once per run, shared with
+    test_attest.py, whose tests read it)."""
+    return identity_session
+
+
+def build_identity_session(root: Path) -> Session:
+    """A Target ``t1`` whose champion e1 (real code directories, measured by real processes)
+    passed its final audit, and an open experiment e2, in ``root``."""
+    s = Session(root)
     orig = _subject(s.code, "orig", LOOP)
     _git(s.code, s.env, "init", "-q")
     _git(s.code, s.env, "add", "orig")
