@@ -58,7 +58,7 @@ BENCH = textwrap.dedent("""
 
 def _setup(
     path: Path, bench: Path, primary: str = "wall_time", *, min_effect: float = 0.05,
-    measured_baseline: bool = False,
+    measured_baseline: bool = False, accuracy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """A workload Target (one case) ready for experiment e1: its baseline typed, or
     (``measured_baseline``) measured per case from the original's worker as ``perfledger
@@ -83,7 +83,7 @@ def _setup(
             "original": {"content_hash": ORIGINAL, "unsnapshotted": "one script, options differ"},
             "test_set": {"hash": "sha256:" + "a" * 16, "case_count": 1, "cases": ["small"]},
             "accuracy_rule": "exact", "driver": {"argv": driver},
-            "accuracy": {"compare": "exact"},
+            "accuracy": accuracy or {"compare": "exact"},
             "environment": env["readiness_environment"],
         })  # fmt: skip
         run("metric-audit.record", {
@@ -199,6 +199,34 @@ def test_cheat_wrong_outputs_are_incorrect_calls(tmp_path: Path, bench: Path) ->
         assert any(line.startswith("note accuracy") for line in result.findings)
         payload = ledger.payload(result.event_id)
         assert payload.cand_failures == 5
+
+
+@pytest.mark.slow
+def test_cheat_accuracy_rule_accepting_outputs_that_do_no_work_refuses_formal_stages(
+    tmp_path: Path, bench: Path
+) -> None:
+    """The agent's own readiness declares a tolerance under which any output passes (red37's
+    attack I: atol 1.0 on a softmax); a candidate that computes nothing is then "correct". The
+    run sees that zeros pass the rule against the reference's own output: a screen records
+    with a FLAG finding, a formal stage is refused (R5) and records no samples (its started
+    run stays in the ledger, a formal stage that did not pass: R14)."""
+    path = tmp_path / "ledger"
+    _setup(path, bench, accuracy={"compare": "allclose", "rtol": 0.0, "atol": 1e9})
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text(
+        "import json\nfrom perfledger.subject import serve\n"
+        "serve(lambda: None, lambda s, case, seed, out: json.dump(0.0, open(out, 'w')))\n"
+    )
+    cand = shlex.join([sys.executable, str(lazy), "--out", "{output}"])
+    with Ledger.open(path) as ledger:
+        screen = measure_workload(ledger, msgspec.structs.replace(_request(bench), cand=cand))
+        assert screen.cases["small"].cand_incorrect == 0  # the rule calls it correct
+        assert any("FLAG accuracy: case small: an output of zeros" in f for f in screen.findings)
+        target = msgspec.structs.replace(_request(bench), cand=cand, stage="target", monitor="host")
+        with pytest.raises(RuleRefused) as caught:
+            measure_workload(ledger, target)
+        assert caught.value.rule == "R5" and "do no work" in caught.value.message
+        assert [s.stage for s in ledger.state().samples.values()] == ["screen"]
 
 
 @pytest.mark.slow

@@ -49,6 +49,7 @@ from perfledger.app.measure_workload import (
     monitor_windows,
     observed_aa,
     original_monitor,
+    trivial_output_refusal,
 )
 from perfledger.app.measuring import ceilings
 from perfledger.app.output_check import accuracy_for
@@ -290,6 +291,12 @@ def _workload_aa(
     }  # fmt: skip
     # R17, under either protocol: its medians would be the reference watch's yardstick
     refusal = foreign_windows_refusal(windows, "A/A")
+    if refusal is not None:
+        if request.record:
+            raise refusal
+        aa_notes = [*aa_notes, f"{refusal.message} (it would be refused with --record)"]
+    # R5: an accuracy rule that accepts outputs doing no work would judge every formal stage
+    refusal = trivial_output_refusal(run.settings, "an A/A")
     if refusal is not None:
         if request.record:
             raise refusal

@@ -55,6 +55,7 @@ from perfledger.app.measure_workload import (
     MeasuredWorkload,
     MeasureWorkload,
     held,
+    trivial_output_refusal,
 )
 from perfledger.app.measure_workload import measure_workload as measure_observed
 from perfledger.app.measuring import failed_call_text
@@ -299,6 +300,9 @@ def measure_self_timed(
     if code is not None:
         fresh_and_unchanged(info, code)
     check_installation_unchanged(env)  # R11: an installed module edited during the run
+    refusal = trivial_output_refusal(run.settings, f"a {stage} stage")
+    if refusal is not None and stage in FORMAL_STAGES:
+        raise refusal
     body, windows = workload_request(
         run, info, samples_id=sid, experiment_id=experiment_id, stage=stage,
         environment_id=env["environment_id"], units=units, monitor=monitor,

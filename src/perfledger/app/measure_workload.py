@@ -401,6 +401,9 @@ def measure_workload(
     # R11: an installed module edited during the run (even put back) ran in no snapshot; the
     # self-timed driver checked this and the worker protocol did not
     check_installation_unchanged(env)
+    refusal = trivial_output_refusal(run.settings, f"a {request.stage} stage")
+    if refusal is not None and formal:
+        raise refusal
 
     # 3. the samples and their raw table
     pairs, windows = [], []
@@ -601,8 +604,32 @@ def foreign_windows_refusal(
     )
 
 
+def trivial_output_refusal(settings: dict[str, Any], what: str) -> RuleRefused | None:
+    """R5: the readiness's accuracy rule, checked against what the reference wrote: where an
+    output that does no work (zeros, a constant, the reference's rows reordered) passes it on
+    some case (``settings["outputs"]["trivial_passes"]``, judged by the run), the rule cannot
+    tell a candidate that computes nothing from a correct one, and ``what`` (a formal stage, a
+    recorded A/A) is refused. Returns: the refusal to raise, or None."""
+    passes = (settings.get("outputs") or {}).get("trivial_passes") or {}
+    if not passes:
+        return None
+    shown = "; ".join(f"case {case}: {why}" for case, why in sorted(passes.items())[:3])
+    return rules.refuse(
+        "R5",
+        f"the readiness's accuracy rule accepts outputs that do no work against the reference's "
+        f"({shown}): it cannot tell a candidate that computes nothing from a correct one, so "
+        f"{what} measured under it is not recorded",
+        "record readiness again with a rule that refuses such outputs (`exact`, or `allclose` "
+        "with rtol/atol below the outputs' own scale), or inputs whose outputs are not "
+        "constant",
+    )
+
+
 def _findings(figures: dict[str, CaseFigures], stage: str, settings: dict[str, Any]) -> list[str]:
     lines = []
+    passes = (settings.get("outputs") or {}).get("trivial_passes") or {}
+    for case, why in sorted(passes.items()):
+        lines.append(f"FLAG accuracy: case {case}: {why}; a formal stage is refused (R5)")
     failed = sum(f.cand_incorrect for f in figures.values())
     if failed:
         what = "cannot support a champion (R5, R13)" if stage in FORMAL_STAGES else "has no "
@@ -851,4 +878,5 @@ __all__ = [
     "original_monitor",
     "release",
     "run_subjects",
+    "trivial_output_refusal",
 ]

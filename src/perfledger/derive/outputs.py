@@ -337,6 +337,71 @@ def judge_pair(
     return f"output: {reason}" if reason else ""
 
 
+def _trivial_arrays(ref: Any) -> list[tuple[str, Any]]:
+    """Outputs of ``ref``'s shape and dtype that do no work: zeros, every element the
+    reference's mean, the reference's rows in reverse order (where that changes them)."""
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
+
+    if ref.dtype.kind not in "biufc" or ref.size < 2:
+        return [("zeros", np.zeros_like(ref))] if ref.dtype.kind in "biufc" else []
+    with np.errstate(all="ignore"):
+        mean = np.asarray(ref).mean()
+    out = [("zeros", np.zeros_like(ref)), ("its mean everywhere", np.full_like(ref, mean))]
+    flipped = ref[::-1] if ref.ndim >= 1 and ref.shape[0] > 1 else ref
+    if flipped.tobytes() != ref.tobytes():
+        out.append(("its rows in reverse order", flipped))
+    return out
+
+
+def _trivial_json(value: Any) -> Any:
+    """``value`` with every number 0 (the same structure, no work)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return 0
+    if isinstance(value, list):
+        return [_trivial_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _trivial_json(v) for k, v in value.items()}
+    return value
+
+
+def trivial_output_passes(
+    ref: bytes, compare_rule: str, rtol: float, atol: float, method: str = METHOD
+) -> str:
+    """Whether the accuracy rule accepts, against the reference's output ``ref``, an output
+    that does no work: zeros, a constant (the reference's mean), the reference's rows in
+    another order (R5: an accuracy rule the readiness declares is checked against what was
+    measured, not taken on its word). Returns: '' when every such output is refused, else
+    what passed, for a message. Never raises (an unreadable ``ref`` gives '')."""
+    import numpy as np  # noqa: PLC0415 (numpy: heavy, kept off the CLI's start-up path)
+
+    try:
+        kind, value = _decode(ref, "reference")
+    except _Mismatch:
+        return ""
+    tries: list[tuple[str, bytes]] = []
+    if kind == "json":
+        zero = json.dumps(_trivial_json(value)).encode()
+        if zero != ref:
+            tries.append(("zeros", zero))
+    elif kind == "npy":
+        for name, array in _trivial_arrays(value):
+            buf = io.BytesIO()
+            np.save(buf, array, allow_pickle=False)
+            tries.append((name, buf.getvalue()))
+    else:
+        for name, array in _trivial_arrays(next(iter(value.values()), np.zeros(0))):
+            buf = io.BytesIO()
+            np.savez(buf, **{k: (array if k == next(iter(value)) else v) for k, v in value.items()})
+            tries.append((f"{name} in array {next(iter(value))!r}", buf.getvalue()))
+    for name, data in tries:
+        if compare(ref, data, compare_rule, rtol, atol, method) == "":
+            rule = "exact" if compare_rule == "exact" else f"allclose rtol={rtol:g}, atol={atol:g}"
+            return f"an output of {name} passes the accuracy rule ({rule})"
+    return ""
+
+
 def rejudge(
     ref: bytes | None,
     cand: bytes | None,
@@ -364,4 +429,5 @@ __all__ = [
     "load",
     "output_artifact_name",
     "rejudge",
+    "trivial_output_passes",
 ]

@@ -700,6 +700,12 @@ def run_pairs(
             return {label: result for label, (result, _w) in done.items()}
         (ref_call, ref_out), (cand_call, cand_out) = done["ref"], done["cand"]
         ref_reason = "" if ref_out.data is not None else f"output: {ref_out.error}"
+        if keep and ref_out.data is not None and case not in trivial:
+            # R5: does the declared rule tell an output that does no work from this one?
+            trivial[case] = derive_outputs.trivial_output_passes(
+                ref_out.data, rule["compare"], float(rule.get("rtol", 0.0)),
+                float(rule.get("atol", 0.0)),
+            )  # fmt: skip
         cand_reason = derive_outputs.judge_pair(
             ref_out, cand_out, rule["compare"], float(rule.get("rtol", 0.0)),
             float(rule.get("atol", 0.0)),
@@ -709,6 +715,7 @@ def run_pairs(
             "cand": judged(cand_call, cand_out, cand_reason, keep),
         }
 
+    trivial: dict[str, str] = {}  # case -> what no-work output the accuracy rule accepts
     warmup: list[CallResult] = []
     for w, order in enumerate(abba_order(warmup_calls)):
         for case in cases:
@@ -750,6 +757,7 @@ def run_pairs(
         settings["outputs"] = {
             "method": derive_outputs.METHOD, "accuracy": rule, "seeded": seeded,
             "store_max_bytes": derive_outputs.STORE_MAX_BYTES,
+            "trivial_passes": {c: why for c, why in trivial.items() if why},
         }  # fmt: skip
     return DriverRun(pairs, warmup, settings, kept)
 

@@ -1178,6 +1178,11 @@ def run_pairs(
             for label in order:
                 retire(label)
         (_rt, ref_out), (_ct, cand_out) = done["ref"], done["cand"]
+        if pair is not None and ref_out.data is not None and case not in trivial:
+            # R5: does the declared rule tell an output that does no work from this one?
+            trivial[case] = output_rules.trivial_output_passes(
+                ref_out.data, rule["compare"], rtol, atol
+            )
         reasons = {
             "ref": "" if ref_out.data is not None else f"output: {ref_out.error}",
             "cand": output_rules.judge_pair(ref_out, cand_out, rule["compare"], rtol, atol),
@@ -1186,6 +1191,7 @@ def run_pairs(
             timing, written = done[label]
             row(label, case, tag, seed, timing, written, reasons[label], pair, pair is None)
 
+    trivial: dict[str, str] = {}  # case -> what no-work output the accuracy rule accepts
     order_of = [("ref", "cand") if k % 2 == 0 else ("cand", "ref") for k in range(pairs_per_case)]
     with CallTree() as tree:
         try:
@@ -1248,6 +1254,7 @@ def run_pairs(
         **dict(extra_settings or {}),
         "outputs": {
             "method": output_rules.METHOD, "accuracy": rule, "seeded": True,
+            "trivial_passes": {c: why for c, why in trivial.items() if why},
             "store_max_bytes": output_rules.STORE_MAX_BYTES,
         },
     }  # fmt: skip
