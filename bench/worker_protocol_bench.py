@@ -64,7 +64,6 @@ def overhead(calls: int, n: int, tmp: Path) -> dict[str, float]:
     namespace: dict[str, object] = {}
     exec(FUNCTION, namespace)  # the same source the worker runs
     call = namespace["call"]
-    place = tmp / "bare-output"
     script = tmp / f"worker_{n}.py"
     script.write_text(
         FUNCTION
@@ -77,9 +76,11 @@ def overhead(calls: int, n: int, tmp: Path) -> dict[str, float]:
     with Worker("ref", [sys.executable, str(script)]) as worker:
         for _ in range(calls):
             seed = new_seed()
+            fresh = outputs.OutputPlace()  # a new file in a new directory, as a worker's call
             t0 = time.perf_counter_ns()
-            call(n, "c", seed, str(place))  # type: ignore[operator]
+            call(n, "c", seed, fresh.path)  # type: ignore[operator]
             bare.append((time.perf_counter_ns() - t0) / 1e9)
+            fresh.remove()
             t0 = time.perf_counter_ns()
             out = outputs.OutputPlace()
             # as run_pairs calls it: the output read inside the clock, removed after it
