@@ -16,6 +16,10 @@ STAMP := $(VENV)/.installed
 TEST_TMPDIR := $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm)
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) \
 	$(BIN)/python -m pytest
+# Tests run in TEST_WORKERS processes (pytest-xdist), except those marked `serial`: they measure
+# on this host under the real monitor (another test's load would refuse their baseline, R17) or
+# aim at timing, so `make test` runs them alone after the rest. Every serial test is also slow.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast lint bench clean
 
@@ -32,10 +36,11 @@ demo: $(STAMP)
 	$(BIN)/python examples/run_demo.py
 
 test: $(STAMP)
-	$(PYTEST) -q
+	$(PYTEST) -q -n $(TEST_WORKERS) -m "not serial"
+	$(PYTEST) -q -m serial
 
 test-fast: $(STAMP)
-	$(PYTEST) -q -m "not slow and not gpu"
+	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow and not gpu"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

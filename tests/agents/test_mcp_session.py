@@ -182,6 +182,7 @@ async def _session(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # measures a real baseline under the real monitor: other load refuses it (R17)
 def test_a_cpu_session_from_target_to_handoff_through_the_mcp_server_only(tmp_path: Path) -> None:
     _workspace(tmp_path)
     out = anyio.run(_session, tmp_path)

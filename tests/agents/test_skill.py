@@ -55,6 +55,7 @@ def test_skill_references_name_every_rule_and_the_schema_command() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # measures a real baseline under the real monitor: other load refuses it (R17)
 def test_every_command_of_the_skill_runs_in_order_on_a_scratch_ledger(tmp_path: Path) -> None:
     """SKILL.md's blocks (a whole session: target to audited handoff), then the request
     protocol's blocks on that ledger: each line must succeed."""

@@ -302,6 +302,7 @@ def _describe_errors(errors: list[tuple[str, str]], writers: dict[str, Writer]) 
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # kills aimed at the pack and merge phases: another test's load skews them
 def test_sigkill_appender_50_times_loses_no_acknowledged_event(
     ledger_path: Path, tmp_path: Path
 ) -> None:

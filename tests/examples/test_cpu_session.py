@@ -36,6 +36,7 @@ def _pl(ledger: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # measures a real baseline under the real monitor: other load refuses it (R17)
 def test_cpu_session_runs_to_a_passing_audit(tmp_path: Path) -> None:
     env = isolated_env(tmp_path)
     workdir = tmp_path / "session"
