@@ -30,10 +30,15 @@ import wf_scenario  # noqa: E402 (found through the path set above)
 # the tests' scenario declares 1,000 bootstrap resamples, not the default 10,000 (wf_scenario)
 wf_scenario.RESAMPLES = 1000
 
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``serial`` must be ``slow`` too: ``make test-fast`` runs only in parallel
     (``-n``), so a serial test there would run beside another and fail on its load."""
-    wrong = [i.nodeid for i in items if i.get_closest_marker("serial") and not i.get_closest_marker("slow")]
+    wrong = [
+        i.nodeid
+        for i in items
+        if i.get_closest_marker("serial") and not i.get_closest_marker("slow")
+    ]
     if wrong:
         raise pytest.UsageError(f"marked serial but not slow (mark them slow too): {wrong[:5]}")
 
