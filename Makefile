@@ -36,8 +36,9 @@ demo: $(STAMP)
 	$(BIN)/python examples/run_demo.py
 
 test: $(STAMP)
-	$(PYTEST) -q -n $(TEST_WORKERS) -m "not serial"
-	$(PYTEST) -q -m serial
+	$(PYTEST) -q -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
+	$(PYTEST) -q -m serial; serial=$$?; \
+	test $$parallel = 0 && test $$serial = 0
 
 test-fast: $(STAMP)
 	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow and not gpu"

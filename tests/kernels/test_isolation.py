@@ -47,6 +47,7 @@ def _compare(ref: SubjectProcess, cand: SubjectProcess) -> IsolatedComparison:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an honest pair's ratio on one pinned CPU: another test's load there skews it
 def test_honest_aa_is_valid_and_not_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand"))
     assert c.valid and c.flags == [], (c.flags, c.clock)
@@ -55,6 +56,7 @@ def test_honest_aa_is_valid_and_not_flagged() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an honest pair's ratio on one pinned CPU: another test's load there skews it
 def test_honest_true_difference_is_detected_and_not_flagged() -> None:
     c = _compare(_subject("ref"), _subject("cand", work_k=2 * WORK_K))
     assert c.valid, (c.flags, c.clock)
