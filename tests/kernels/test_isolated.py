@@ -92,6 +92,7 @@ def _honest_tie(c: Comparison) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an honest pair on one pinned CPU: another test's load there skews it
 def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path)
     assert _honest_tie(c), (c.flags, c.settings["clock"])
@@ -108,6 +109,7 @@ def test_honest_aa_is_valid_and_not_flagged(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an honest pair on one pinned CPU: another test's load there skews it
 def test_honest_true_difference_is_detected_and_not_flagged(tmp_path: Path) -> None:
     c = _compare(tmp_path, work_k=120)
     assert c.valid and c.flags == ["no_ceilings"], (c.flags, c.settings["clock"])
@@ -379,6 +381,7 @@ def test_cheat_candidate_reporting_0_6x_of_a_short_call_is_not_confirmed_and_not
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an honest pair on one pinned CPU: another test's load there skews it
 def test_honest_saving_larger_than_the_clock_can_miss_is_confirmed_and_valid(
     tmp_path: Path,
 ) -> None:
@@ -474,6 +477,7 @@ def test_cheat_helper_resumed_during_the_references_batches_is_flagged(
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # an honest pair on one pinned CPU: another test's load there skews it
 def test_honest_candidate_with_a_helper_process_is_not_flagged(tmp_path: Path) -> None:
     # its helper (a session of its own) is stopped during the reference's batches and stays so
     ticks, windows = tmp_path / "ticks", tmp_path / "windows"
