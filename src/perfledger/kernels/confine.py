@@ -106,13 +106,14 @@ _ABI = landlock_abi()
 _AF_UNIX, _SOCK_DGRAM, _SOCK_RAW, _SOCK_TYPE_MASK = 1, 2, 3, 0xF
 
 #: One seccomp rule: a system call, denied (``EPERM``) where every argument test holds; a test
-#: is (argument index, libseccomp comparison by name, value[, second value]).
+#: is (argument index, libseccomp comparison by name, value, second value: 0 where unused).
 SeccompRule = tuple[str, tuple[tuple[int, str, int, int], ...]]
 
 #: What the seccomp filter denies, by the word :func:`confinement` records when it held: every
 #: way a subject's process reaches a process outside its tree that Landlock does not close (and,
-#: for memory and ptrace, also where the kernel has no Landlock). Nothing a normal subject
-#: needs: ``mmap``, ``futex``, ``clone``, pipes, ``socketpair`` of stream sockets, files.
+#: for another process's memory, also where the kernel has no Landlock). Nothing a normal
+#: subject needs: ``mmap``, ``futex``, ``clone``, pipes, ``socketpair`` of stream sockets, files,
+#: ``ptrace`` of its own children.
 SECCOMP_RULES: dict[str, tuple[SeccompRule, ...]] = {
     "sockets": (
         # any family but AF_UNIX: UDP, TCP past Landlock, netlink, raw and packet sockets
@@ -145,7 +146,7 @@ SECCOMP_RULES: dict[str, tuple[SeccompRule, ...]] = {
             "semop",
             "semtimedop",
             "semctl",
-            "ipc",  # ipc: the multiplexer of 32-bit x86
+            "ipc",  # the multiplexer of 32-bit x86
         )
     ),
     # a POSIX queue is named system-wide and opened by a system call, not a file Landlock sees
@@ -219,7 +220,8 @@ def _seccomp_filter() -> tuple[Any, tuple[str, ...]]:
     return filt, tuple(held)
 
 
-#: Built once in the measuring process (libseccomp allocates; the forked child only loads it).
+#: Built once in the measuring process; the forked child only loads it (``seccomp_load``, whose
+#: allocation is safe after ``fork`` under glibc, as the rest of a ``preexec_fn`` is).
 _FILTER, _SECCOMP_HELD = _seccomp_filter()
 
 
