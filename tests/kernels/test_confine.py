@@ -179,7 +179,7 @@ def udp(port, question=b"small 1"):
     n = libc.recv(fd, buf, 4096, 0)  # before buf.raw is read
     return buf.raw[:max(n, 0)].decode()
 def unix_stream(path):
-    fd = libc.socket(1, 1, 0)  # AF_UNIX, SOCK_STREAM: allowed (cuInit makes one), not connect
+    fd = libc.socket(1, 1, 0)  # AF_UNIX, SOCK_STREAM: allowed (for cuInit), not connect
     if fd < 0:
         return refused()
     addr = unix_addr(path)

@@ -27,8 +27,9 @@ across ``fork`` and ``exec``; ``no_new_privs`` is set):
 
 - **sockets**: no ``socket`` but an AF_UNIX stream (or seqpacket) socket, and no ``connect``,
   ``accept`` or ``accept4`` at all: no UDP, netlink, raw or TCP socket, and a UNIX socket can
-  neither reach a listener nor take a connection. The CUDA driver's ``cuInit`` makes, binds and
-  listens on an AF_UNIX socket (a GPU subject needs that); ``socketpair`` (connected to the
+  neither reach a listener nor take a connection. The CUDA driver's ``cuInit`` fails where
+  ``socket``, ``bind`` or ``listen`` is refused (not ``connect`` or ``accept``): a listening
+  socket is a stream one, and the AF_UNIX ones stay for it; ``socketpair`` (connected to the
   process itself, passed to its children) stays allowed.
 - **sysv_ipc**: no SysV shared memory, message queue or semaphore (keyed system-wide).
 - **posix_mqueues**: no POSIX message queue (named system-wide, opened by a system call).
@@ -125,8 +126,8 @@ SECCOMP_RULES: dict[str, tuple[SeccompRule, ...]] = {
         ("socketpair", ((0, "NE", _AF_UNIX, 0),)),
         ("socketpair", ((1, "MASKED_EQ", _SOCK_TYPE_MASK, _SOCK_DGRAM),)),
         ("socketpair", ((1, "MASKED_EQ", _SOCK_TYPE_MASK, _SOCK_RAW),)),
-        # the AF_UNIX stream sockets left (cuInit binds and listens on one) can neither reach a
-        # listener nor take a connection from any process
+        # the AF_UNIX stream sockets left (cuInit fails without socket, bind and listen) can
+        # neither reach a listener nor take a connection from any process
         ("connect", ()),
         ("accept", ()),
         ("accept4", ()),
