@@ -110,14 +110,18 @@ def test_cheat_a_subject_reading_another_processs_proc_entry_is_refused_naming_i
 
 def test_cheat_a_subject_using_a_socket_is_refused_naming_the_address(tmp_path: Path) -> None:
     """A socket to a process the agent started carries code as a variable does: a subject's
-    connect is refused (R11) naming the address."""
+    connect is refused (R11) naming the address. (An AF_UNIX stream socket: the only kind the
+    seccomp filter of perfledger.kernels.confine lets a subject make, for the CUDA driver; a
+    UDP or TCP socket is refused there at its creation, before any address; its connect is
+    refused too, which ``connect_ex`` returns instead of raising.)"""
     extra = (
-        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-        's.connect(("127.0.0.1", 9)); s.close()'
+        "import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); "
+        's.connect_ex("/tmp/perfledger-agent-answers.sock"); s.close()'
     )
     with pytest.raises(RuleRefused) as caught:
         _run(_copies(tmp_path, extra, {}))
-    assert caught.value.rule == "R11" and "127.0.0.1" in caught.value.message
+    assert caught.value.rule == "R11"
+    assert "/tmp/perfledger-agent-answers.sock" in caught.value.message
 
 
 def test_an_honest_subject_reading_its_own_proc_entry_and_system_files_runs(

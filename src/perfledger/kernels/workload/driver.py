@@ -744,7 +744,7 @@ def run_pairs(
         # what can change how the subjects run, for an auditor to see (R11)
         "environment": influencing_environment(),
         "subject_env": extra_env,
-        "confinement": confinement(),  # what Landlock held every subject process to
+        "confinement": confinement(),  # what Landlock and seccomp held every subject process to
         **closed,
         # R11: the full environment of every call (names, values' hashes), the same for both
         "call_environment": {

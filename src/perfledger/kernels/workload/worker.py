@@ -1243,7 +1243,7 @@ def run_pairs(
         "fresh_worker": bool(fresh["on"]),
         "fresh_reason": fresh["reason"],
         "ended_orphans": ended["orphans"],
-        "confinement": confinement(),  # what Landlock held every subject process to
+        "confinement": confinement(),  # what Landlock and seccomp held every subject process to
         "ref_argv": list(ref.argv),
         "cand_argv": list(cand.argv),
         "idle_cpu": {"floor_s": IDLE_CPU_FLOOR_S, "share": IDLE_CPU_SHARE},
