@@ -178,16 +178,6 @@ def udp(port, question=b"small 1"):
     buf = ctypes.create_string_buffer(4096)
     n = libc.recv(fd, buf, 4096, 0)  # before buf.raw is read
     return buf.raw[:max(n, 0)].decode()
-def unix_stream(path):
-    fd = libc.socket(1, 1, 0)  # AF_UNIX, SOCK_STREAM: allowed (for cuInit), not connect
-    if fd < 0:
-        return refused()
-    addr = unix_addr(path)
-    if libc.connect(fd, addr, len(addr)) != 0:
-        return refused()
-    buf = ctypes.create_string_buffer(4096)
-    n = libc.recv(fd, buf, 4096, 0)  # before buf.raw is read
-    return buf.raw[:max(n, 0)].decode()
 def unix_dgram(path):
     fd = libc.socket(1, 2, 0)  # AF_UNIX, SOCK_DGRAM: reaches a named socket with no connect
     if fd < 0:
@@ -295,12 +285,6 @@ def _unix_server(path: Path, kind: socket.SocketKind) -> Iterator[str]:
 
 
 @pytest.fixture
-def unix_stream_server(tmp_path: Path) -> Iterator[str]:
-    """A UNIX stream socket named in the file system that answers ``ANSWER``."""
-    yield from _unix_server(tmp_path / "answers.sock", socket.SOCK_STREAM)
-
-
-@pytest.fixture
 def unix_dgram_server(tmp_path: Path) -> Iterator[str]:
     """A UNIX datagram socket named in the file system that answers ``ANSWER``."""
     yield from _unix_server(tmp_path / "answers.dgram", socket.SOCK_DGRAM)
@@ -344,11 +328,6 @@ def posix_queue() -> Iterator[str]:
 @needs_seccomp
 def test_udp_to_a_server_the_agent_runs_is_refused(udp_server: int) -> None:
     _held_and_free(f"udp({udp_server})")
-
-
-@needs_seccomp
-def test_pathname_unix_stream_socket_is_refused(unix_stream_server: str) -> None:
-    _held_and_free(f"unix_stream({unix_stream_server!r})")
 
 
 @needs_seccomp

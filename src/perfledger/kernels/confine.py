@@ -25,12 +25,13 @@ closes the class "a subject reaches a process outside its tree" at the system ca
 ``EPERM`` (a clear error, not a kill), for every process of the subject (a filter is inherited
 across ``fork`` and ``exec``; ``no_new_privs`` is set):
 
-- **sockets**: no ``socket`` but an AF_UNIX stream (or seqpacket) socket, and no ``connect``,
-  ``accept`` or ``accept4`` at all: no UDP, netlink, raw or TCP socket, and a UNIX socket can
-  neither reach a listener nor take a connection. The CUDA driver's ``cuInit`` fails where
-  ``socket``, ``bind`` or ``listen`` is refused (not ``connect`` or ``accept``): a listening
-  socket is a stream one, and the AF_UNIX ones stay for it; ``socketpair`` (connected to the
-  process itself, passed to its children) stays allowed.
+- **sockets**: no ``socket`` but an AF_UNIX stream (or seqpacket) socket: no UDP, netlink,
+  raw or packet socket, no TCP past Landlock, no UNIX datagram socket (it sends to any named
+  socket unconnected). The CUDA driver's ``cuInit`` fails where ``socket``, ``bind`` or
+  ``listen`` is refused: the AF_UNIX stream sockets stay for it, with ``connect`` and
+  ``accept`` (Python's forkserver and multiprocessing managers use them); a stream socket
+  named in the file system is a file the agent made, as open as the native reads of files
+  below; ``socketpair`` of stream sockets stays allowed.
 - **sysv_ipc**: no SysV shared memory, message queue or semaphore (keyed system-wide).
 - **posix_mqueues**: no POSIX message queue (named system-wide, opened by a system call).
 - **process_memory**: no ``process_vm_readv``/``writev``, ``process_madvise``,
@@ -43,7 +44,8 @@ across ``fork`` and ``exec``; ``no_new_privs`` is set):
 
 Where ``pyseccomp`` or libseccomp is missing, or the kernel has no seccomp filters, none of
 this is applied and :func:`confinement` lists none of these words. Open still: native reads of
-files (``/dev/shm``, FIFOs and anything the agent can write; SPEC.md section 1).
+files (``/dev/shm``, FIFOs, UNIX stream sockets named in the file system and anything the agent
+can write; SPEC.md section 1).
 
 Imports: the standard library, ``pyseccomp`` (optional at run time) and
 :mod:`perfledger.kernels.proc`.
@@ -126,11 +128,9 @@ SECCOMP_RULES: dict[str, tuple[SeccompRule, ...]] = {
         ("socketpair", ((0, "NE", _AF_UNIX, 0),)),
         ("socketpair", ((1, "MASKED_EQ", _SOCK_TYPE_MASK, _SOCK_DGRAM),)),
         ("socketpair", ((1, "MASKED_EQ", _SOCK_TYPE_MASK, _SOCK_RAW),)),
-        # the AF_UNIX stream sockets left (cuInit fails without socket, bind and listen) can
-        # neither reach a listener nor take a connection from any process
-        ("connect", ()),
-        ("accept", ()),
-        ("accept4", ()),
+        # connect and accept stay: a UNIX stream socket named in the file system is a file the
+        # agent made, the open channel of native file reads (module docstring), and denying
+        # them stops Python's forkserver, multiprocessing managers and CUDA's own IPC
     ),
     # SysV objects are found by key or id system-wide: any process of the user can attach
     "sysv_ipc": tuple(
