@@ -48,6 +48,19 @@ class Recorded(msgspec.Struct, frozen=True):
         first = events[0] if events else {}
         return {"op": self.op, **first, **explanation(first), "events": events}
 
+    def dry_run_json(self) -> dict[str, Any]:
+        """The answer of ``--dry-run``: the event(s) the request would append now, or the
+        existing event an already used idempotency key would return; nothing appended
+        (``{"op", "dry_run": true, "appended": false, "events": [{"kind", "payload",
+        "existing_event_id"?}]}``)."""
+        events = []
+        for d in self.events:
+            event = {"kind": d.kind, "payload": msgspec.to_builtins(d.payload)}
+            if getattr(d, "id", None):  # an envelope already in the ledger (idempotency key)
+                event["existing_event_id"] = d.id
+            events.append(event)
+        return {"op": self.op, "dry_run": True, "appended": False, "events": events}
+
 
 def explanation(event: dict[str, Any]) -> dict[str, Any]:
     """For a verdict, ``{"explanation": ...}``: the one condition that decided its status, with

@@ -1,0 +1,272 @@
+"""The MCP server's ``cli`` tool in this process: each ``perfledger`` command's words read by the
+CLI's own click command (:func:`perfledger.app.options.parse_words`: one parser, the CLI's
+usage errors), the application function the click command calls, and the command's ``--json``
+answer as plain JSON values (:data:`ANSWERS`).
+
+What still runs as ``perfledger ... --json`` in a subprocess is :data:`SUBPROCESS`, each for a
+stated reason; ``--help`` (text for a shell) too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from perfledger.api import Ledger
+from perfledger.app import handoff
+from perfledger.app.actors import resolve_actor
+from perfledger.app.checkpoints import verify
+from perfledger.app.command_lines import refuse_with_flag_hint
+from perfledger.app.decisions import record_decision
+from perfledger.app.event_lookup import Note, artifacts_of, record_note, show_event
+from perfledger.app.examples import schema_example
+from perfledger.app.gc import collect_garbage
+from perfledger.app.readmodels import (
+    TargetQuery,
+    champion_of,
+    champions_of,
+    claims_of,
+    evidence_list,
+    evidence_show,
+    experiment_of,
+    experiments_of,
+    lineage_of,
+    rejected_of,
+    reviews_of,
+    targets_of,
+    verdict_explained,
+)
+from perfledger.app.request_json import read_request
+from perfledger.app.status import session_status_with_commands
+from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.cli.readmodels import NO_TARGET_HINT
+from perfledger.commands.registry.catalog import OPERATIONS
+from perfledger.commands.registry.request_models import json_schema
+from perfledger.errors import BadRequest
+from perfledger.ledger.checkpoints import CheckpointPolicy
+from perfledger.ledger.remotes import list_remotes, tracking_ref
+from perfledger.projections.handoff import render_markdown
+
+#: Commands the ``cli`` tool still runs as ``perfledger ... --json`` in a subprocess, and why.
+SUBPROCESS: dict[tuple[str, ...], str] = {
+    ("mcp",): "a server over this process's own stdin and stdout: never from a tool call",
+    **{
+        words: "not yet moved: its click command still renders inline"
+        for words in (
+            ("artifact", "get"), ("attest",), ("checkout",), ("checkpoint", "list"),
+            ("checkpoint", "sign"), ("checkpoint", "witness"), ("clone",), ("evidence", "add"),
+            ("evidence", "ncu"), ("knowledge", "check"), ("knowledge", "query"),
+            ("knowledge", "show"), ("loop", "close-iter"), ("loop", "finalize"),
+            ("loop", "propose"), ("loop", "setup"), ("loop", "state"), ("loop", "summary"),
+            ("pull",), ("push",), ("remote", "add"), ("remote", "remove"), ("report",),
+            ("review", "content"), ("review", "record"), ("skill",), ("skill", "install"),
+            ("sync",), ("triage",), ("verify-attestation",),
+        )
+    },
+}  # fmt: skip
+
+
+def plain(answer: Any) -> Any:
+    """``answer`` as plain JSON values (what the CLI's ``--json`` prints, read back)."""
+    return json.loads(to_json_text(answer))
+
+
+class Call(msgspec.Struct):
+    """One ``cli`` call in this process: ``read(use_case, ...)`` runs a use case on a fresh open
+    of the ledger; ``open_ledger`` opens it; ``ledger_path`` the server's (or the words'
+    ``--ledger``); ``actor`` the server's actor; ``stdin`` the tool's stdin text."""
+
+    read: Callable[..., Any]
+    open_ledger: Callable[[], Any]
+    ledger_path: str | None
+    actor: str
+    stdin: str | None
+
+    def actor_of(self, given: str | None) -> str:
+        """Who acts: ``--actor`` (checked as the CLI checks it), else the server's actor (the
+        subprocess's ``$PERFLEDGER_ACTOR``). Raises: BadRequest for an empty ``--actor``."""
+        return resolve_actor(given, self.ledger_path) if given is not None else self.actor
+
+
+def _target(p: dict[str, Any]) -> TargetQuery:
+    return TargetQuery(target_id=p["target_id"])
+
+
+def _log(call: Call, p: dict[str, Any]) -> Any:
+    entries = call.read(lambda ledger: ledger.log(p["limit"]))
+    return plain({"events": [entry.__dict__ for entry in entries]})
+
+
+def _verify(call: Call, p: dict[str, Any]) -> Any:
+    policy = CheckpointPolicy(
+        p["signers_file"], p["trusted_dir"], tuple(p["require_signers"]), p["max_unsigned_events"]
+    )
+    report = call.read(verify, policy)
+    if not report.ok and report.error is not None:  # 5, or 7 for a ledger a newer one wrote
+        raise report.error
+    return plain(report.to_json())
+
+
+def _champion_show(call: Call, p: dict[str, Any]) -> Any:
+    if p["target_id"] is not None:
+        return plain(call.read(champion_of, _target(p)).to_json())
+    return plain(call.read(champions_of))
+
+
+def _schema(call: Call, p: dict[str, Any]) -> Any:
+    operation = p["operation"]
+    if p["example"]:
+        done = schema_example(operation, open_ledger=call.open_ledger, variants=p["json_flag"])
+        if done.refusal is not None:
+            raise done.refusal
+        return plain(done.body)
+    if operation is None:
+        return {"operations": sorted(OPERATIONS)}
+    return plain(json_schema(operation))
+
+
+def _handoff_show(call: Call, p: dict[str, Any]) -> Any:
+    _, shown, _ = call.read(handoff.current_handoff, p["target_id"], no_target_hint=NO_TARGET_HINT)
+    if p["md_flag"]:  # Markdown: the CLI prints text, not JSON
+        return {"output": render_markdown(shown)}
+    return plain({"handoff": shown})
+
+
+def _remote_list(call: Call, p: dict[str, Any]) -> Any:
+    def rows(ledger: Ledger) -> list[dict[str, Any]]:
+        repo = ledger.store.repo
+        out = []
+        for name, url in list_remotes(repo).items():
+            ref = tracking_ref(name)
+            seen = repo.refs[ref].decode() if ref in repo.refs else None
+            out.append({"name": name, "url": url, "last_seen": seen})
+        return out
+
+    return {"remotes": call.read(rows)}
+
+
+def _note(call: Call, p: dict[str, Any]) -> Any:
+    note = Note(text=p["text"], tags=list(p["tags"]), actor=call.actor_of(p["actor"]),
+                idempotency_key=p["idempotency_key"])  # fmt: skip
+    done = record_note(note, open_ledger=call.open_ledger)
+    return {"event_id": done.event_id, "lamport": done.lamport}
+
+
+def submit(
+    call: Call, op: str, body: dict[str, Any], p: dict[str, Any], *, request_given: bool = True
+) -> Any:
+    """Decide and append (``--dry-run``: decide only) one request of operation ``op`` through
+    :func:`perfledger.app.decisions.record_decision`, as the CLI's writes do; the answer is
+    their ``--json`` answer. Raises: BadRequest (2), RuleRefused (3), ConcurrentAppend (4)."""
+    ledger = call.open_ledger()
+    try:
+        recorded = record_decision(
+            ledger, op, body, actor=call.actor_of(p["actor"]),
+            idempotency_key=p["idempotency_key"], dry_run=p["dry_run"],
+        )  # fmt: skip
+    except BadRequest as exc:
+        refuse_with_flag_hint(exc, op, request_given=request_given)
+    finally:
+        ledger.close()
+    return plain(recorded.dry_run_json() if recorded.dry_run else recorded.to_json())
+
+
+#: The parameters of a generic write command that are not request fields.
+_WRITE_PARAMS = ("request_source", "idempotency_key", "actor", "json_flag", "dry_run")
+
+
+def _write(op: str) -> Callable[[Call, dict[str, Any]], Any]:
+    """The answer of ``perfledger GROUP VERB`` (operation ``op``): ``--request`` and the flags
+    that set the request's fields, submitted."""
+
+    def answer(call: Call, p: dict[str, Any]) -> Any:
+        body = read_request(p["request_source"], call.stdin)
+        for field, value in p.items():
+            if field not in _WRITE_PARAMS and value is not None:
+                body[field] = value
+        return submit(call, op, body, p, request_given=p["request_source"] is not None)
+
+    return answer
+
+
+def _resolve(call: Call, p: dict[str, Any]) -> Any:
+    body = read_request(p["request_source"], call.stdin)
+    fields = {k: p[k] for k in ("target_id", "conflict_id", "keep", "reason")}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    return submit(call, "conflict.resolve", body, p)
+
+
+def _handoff_record(call: Call, p: dict[str, Any]) -> Any:
+    if p["example"]:
+        from perfledger.commands.registry.request_examples import shown  # noqa: PLC0415 (as the CLI's command: off the server's start-up path)
+
+        return plain(shown("handoff.record"))
+    statement = handoff.HandoffStatement(
+        target_id=p["target_id"], override=read_request(p["request_source"], call.stdin),
+        stop_reason=p["stop_reason"], feedback=p["feedback"], wall_used_s=p["wall_used"],
+        gpu_used_s=p["gpu_used"], questions=list(p["questions"]),
+    )  # fmt: skip
+    draft = call.read(handoff.draft_handoff_record, statement, no_target_hint=NO_TARGET_HINT)
+    return submit(call, "handoff.record", draft.request, p)
+
+
+def _words(op: Any) -> tuple[str, ...]:
+    """The CLI's words of operation ``op``: ``(group, verb)``, or ``(verb,)`` at the top."""
+    return (op.group, op.verb) if op.group else (op.verb,)
+
+
+#: Writes whose CLI command is not the generic one (a report file, an SSH signature).
+_OWN_WRITES = {("evidence", "add"), ("review", "record")}
+
+#: ``cli`` commands answered in this process: the command's words -> its answer from the
+#: parameters its click command read (``--json`` always given).
+ANSWERS: dict[tuple[str, ...], Callable[[Call, dict[str, Any]], Any]] = {
+    **{  # the generic writes (``--request`` and field flags); a command of its own below
+        _words(op): _write(op.name)
+        for op in OPERATIONS.values()
+        if op.generic_cli and _words(op) not in _OWN_WRITES
+    },
+    ("log",): _log,
+    ("show",): lambda c, p: plain(c.read(show_event, p["event_id"]).to_json()),
+    ("verify",): _verify,
+    ("state",): lambda c, p: json.loads(c.read(Ledger.state_json)),
+    ("note",): _note,
+    ("status",): lambda c, p: plain(c.read(session_status_with_commands, p["target_id"])),
+    ("claims",): lambda c, p: plain(c.read(claims_of, _target(p))),
+    ("rejected",): lambda c, p: plain(c.read(rejected_of, _target(p))),
+    ("champion", "show"): _champion_show,
+    ("champion", "lineage"): lambda c, p: plain(c.read(lineage_of, _target(p))),
+    ("target", "show"): lambda c, p: plain(c.read(targets_of, _target(p)).to_json()),
+    ("experiment", "show"): lambda c, p: plain(c.read(experiment_of, p["experiment_id"])),
+    ("experiment", "list"): lambda c, p: plain(c.read(experiments_of, _target(p))),
+    ("verdict", "explain"): lambda c, p: plain(
+        c.read(verdict_explained, p["samples_id"]).to_json()
+    ),
+    ("evidence", "list"): lambda c, p: plain(c.read(evidence_list)),
+    ("evidence", "show"): lambda c, p: plain(c.read(evidence_show, p["evidence_id"])),
+    ("review", "list"): lambda c, p: plain(
+        {"reviews": c.read(reviews_of, unresolved=p["unresolved"], target_id=p["target_id"])}
+    ),
+    ("artifact", "list"): lambda c, p: plain(
+        (lambda done: {"event_id": done.event_id, "artifacts": done.artifacts})(
+            c.read(artifacts_of, p["event"])
+        )
+    ),
+    ("remote", "list"): _remote_list,
+    ("schema",): _schema,
+    ("handoff",): _handoff_show,
+    ("handoff", "record"): _handoff_record,
+    ("resume",): lambda c, p: plain(
+        c.read(handoff.resume, p["target_id"], no_target_hint=NO_TARGET_HINT)
+    ),
+    ("gc",): lambda c, p: plain(
+        {"dry_run": p["dry_run"], **collect_garbage(c.ledger_path, dry_run=p["dry_run"]).to_json()}
+    ),
+    ("resolve",): _resolve,
+}
+
+
+__all__ = ["ANSWERS", "SUBPROCESS", "Call", "plain", "submit"]
