@@ -45,7 +45,13 @@ COMMANDS: list[list[str]] = [
      "--feedback", "none"],
     ["reject", "--dry-run"], ["experiment", "create", "--dry-run", "--target", "t1"],
     ["conflict", "resolve", "--dry-run", "--conflict", "nope", "--keep", "a", "--reason", "r"],
+    ["checkpoint", "list"], ["skill", "install", "{tmp}/skill"],
+    ["report", "--html", "{tmp}/r.html"],
     # refusals: the CLI's error object and exit code
+    ["remote", "remove", "nope"], ["checkout", "nope", "{tmp}/out"],
+    ["attest", "e1", "--key", "/nonexistent/key"], ["artifact", "get", "HEAD", "x"],
+    ["verify-attestation", "/nonexistent/a.json", "--signers", "/nonexistent/s"],
+    ["checkpoint", "sign", "--key", "/nonexistent/key"], ["report", "--html", "/nonexistent/r.html"],
     ["show", "nope"], ["claims", "--bogus"], ["nosuch"], ["champion", "show", "nope"],
     ["log", "-n", "x"], ["experiment", "show"], ["champion"],
 ]  # fmt: skip
@@ -99,7 +105,8 @@ def _mcp(setting: tuple[Path, dict[str, str]], args: list[str]) -> Any:
 def test_the_cli_tool_answers_in_process_what_the_cli_answers(
     setting: tuple[Path, dict[str, str]], args: list[str]
 ) -> None:
-    assert _masked(_mcp(setting, args)) == _masked(_cli(setting, args))
+    words = [w.replace("{tmp}", str(setting[0].parent)) for w in args]  # files either writes
+    assert _masked(_mcp(setting, words)) == _masked(_cli(setting, words))
 
 
 def _paths(command: click.Command, path: tuple[str, ...]) -> list[tuple[str, ...]]:

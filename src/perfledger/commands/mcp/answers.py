@@ -18,12 +18,28 @@ import msgspec
 from perfledger.api import Ledger
 from perfledger.app import handoff
 from perfledger.app.actors import resolve_actor
-from perfledger.app.checkpoints import verify
+from perfledger.app.attest import attest, verify_attestation, write_attestation
+from perfledger.app.checkpoints import (
+    listed_json,
+    sign_checkpoint,
+    signed_json,
+    verify,
+    witness_checkpoint,
+    witnessed_json,
+)
 from perfledger.app.command_lines import refuse_with_flag_hint
 from perfledger.app.decisions import record_decision
-from perfledger.app.event_lookup import Note, artifacts_of, record_note, show_event
+from perfledger.app.event_lookup import (
+    ArtifactGet,
+    Note,
+    artifacts_of,
+    get_artifact,
+    record_note,
+    show_event,
+)
 from perfledger.app.examples import schema_example
 from perfledger.app.gc import collect_garbage
+from perfledger.app.identity import checkout
 from perfledger.app.readmodels import (
     TargetQuery,
     champion_of,
@@ -39,6 +55,7 @@ from perfledger.app.readmodels import (
     targets_of,
     verdict_explained,
 )
+from perfledger.app.report import build_report
 from perfledger.app.request_json import read_request
 from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
@@ -47,24 +64,22 @@ from perfledger.commands.registry.catalog import OPERATIONS
 from perfledger.commands.registry.request_models import json_schema
 from perfledger.errors import BadRequest
 from perfledger.ledger.checkpoints import CheckpointPolicy
-from perfledger.ledger.remotes import list_remotes, tracking_ref
+from perfledger.ledger.remotes import add_remote, list_remotes, remove_remote, tracking_ref
 from perfledger.projections.handoff import render_markdown
+from perfledger.skill import install
 
 #: Commands the ``cli`` tool still runs as ``perfledger ... --json`` in a subprocess, and why.
 SUBPROCESS: dict[tuple[str, ...], str] = {
     ("mcp",): "a server over this process's own stdin and stdout: never from a tool call",
+    ("skill",): "text for people (SKILL.md with --print, else the help), not a JSON answer",
     **{
         words: "not yet moved: its click command still renders inline"
         for words in (
-            ("artifact", "get"), ("attest",), ("checkout",), ("checkpoint", "list"),
-            ("checkpoint", "sign"), ("checkpoint", "witness"), ("clone",), ("evidence", "add"),
+            ("clone",), ("evidence", "add"),
             ("evidence", "ncu"), ("knowledge", "check"), ("knowledge", "query"),
             ("knowledge", "show"), ("loop", "close-iter"), ("loop", "finalize"),
             ("loop", "propose"), ("loop", "setup"), ("loop", "state"), ("loop", "summary"),
-            ("pull",), ("push",), ("remote", "add"), ("remote", "remove"), ("report",),
-            ("review", "content"), ("review", "record"), ("skill",), ("skill", "install"),
-            ("sync",), ("triage",), ("verify-attestation",),
-        )
+            ("pull",), ("push",), ("review", "content"), ("review", "record"), ("sync",), ("triage",), )
     },
 }  # fmt: skip
 
@@ -100,11 +115,17 @@ def _log(call: Call, p: dict[str, Any]) -> Any:
     return plain({"events": [entry.__dict__ for entry in entries]})
 
 
-def _verify(call: Call, p: dict[str, Any]) -> Any:
-    policy = CheckpointPolicy(
+def _policy(p: dict[str, Any]) -> CheckpointPolicy:
+    """What ``--signers``, ``--trust``, ``--require-signer`` and ``--max-unsigned-events``
+    demand of the ledger's checkpoints. Raises: BadRequest for --trust or --require-signer
+    without --signers."""
+    return CheckpointPolicy(
         p["signers_file"], p["trusted_dir"], tuple(p["require_signers"]), p["max_unsigned_events"]
     )
-    report = call.read(verify, policy)
+
+
+def _verify(call: Call, p: dict[str, Any]) -> Any:
+    report = call.read(verify, _policy(p))
     if not report.ok and report.error is not None:  # 5, or 7 for a ledger a newer one wrote
         raise report.error
     return plain(report.to_json())
@@ -146,6 +167,43 @@ def _remote_list(call: Call, p: dict[str, Any]) -> Any:
         return out
 
     return {"remotes": call.read(rows)}
+
+
+def _remote_add(call: Call, p: dict[str, Any]) -> Any:
+    remote = call.read(lambda ledger: add_remote(ledger.store.repo, p["name"], p["url"]))
+    return {"name": remote.name, "url": remote.url}
+
+
+def _remote_remove(call: Call, p: dict[str, Any]) -> Any:
+    call.read(lambda ledger: remove_remote(ledger.store.repo, p["name"]))
+    return {"removed": p["name"]}
+
+
+def _checkpoint_sign(call: Call, p: dict[str, Any]) -> Any:
+    tag = call.read(sign_checkpoint, p["key_path"], actor=call.actor_of(p["actor"]),
+                    signers_file=p["signers_file"])  # fmt: skip
+    return signed_json(tag)
+
+
+def _checkpoint_witness(call: Call, p: dict[str, Any]) -> Any:
+    target, tag, paths = call.read(
+        witness_checkpoint, p["key_path"], signers_file=p["signers_file"],
+        copy_dir=p["copy_dir"], actor=call.actor_of(p["actor"]), checkpoint=p["checkpoint"],
+    )  # fmt: skip
+    return witnessed_json(target, tag, paths)
+
+
+def _attest(call: Call, p: dict[str, Any]) -> Any:
+    envelope = call.read(attest, p["experiment"], p["key_path"])
+    if p["out"] is None:  # the envelope itself is the answer
+        return plain(envelope)
+    return write_attestation(envelope, p["out"], p["experiment"])
+
+
+def _artifact_get(call: Call, p: dict[str, Any]) -> Any:
+    request = ArtifactGet(event=p["event"], name=p["name"], output=p["output"], json=True)
+    done = get_artifact(request, open_ledger=call.open_ledger)
+    return {"event_id": done.event_id, "name": p["name"], "path": p["output"], "size": done.size}
 
 
 def _note(call: Call, p: dict[str, Any]) -> Any:
@@ -266,6 +324,19 @@ ANSWERS: dict[tuple[str, ...], Callable[[Call, dict[str, Any]], Any]] = {
         {"dry_run": p["dry_run"], **collect_garbage(c.ledger_path, dry_run=p["dry_run"]).to_json()}
     ),
     ("resolve",): _resolve,
+    ("remote", "add"): _remote_add,
+    ("remote", "remove"): _remote_remove,
+    ("checkpoint", "list"): lambda c, p: listed_json(c.read(verify, _policy(p))),
+    ("checkpoint", "sign"): _checkpoint_sign,
+    ("checkpoint", "witness"): _checkpoint_witness,
+    ("attest",): _attest,
+    ("verify-attestation",): lambda c, p: plain(
+        {"ok": True, **c.read(verify_attestation, p["file"], p["signers_file"])}
+    ),
+    ("checkout",): lambda c, p: plain(c.read(checkout, p["snapshot"], p["directory"])),
+    ("skill", "install"): lambda c, p: {"installed": [str(f) for f in install(p["directory"])]},
+    ("artifact", "get"): _artifact_get,
+    ("report",): lambda c, p: plain(c.read(build_report, p["html_path"], target_id=p["target_id"])),
 }
 
 
