@@ -19,8 +19,8 @@ from test_plausibility import _big_claim, _target
 from test_review_signatures import _body, _flagged_champion, _key, _signers
 from wf_scenario import Session
 
+from perfledger.app.decisions import signed_review_request as signed_request
 from perfledger.commands.cli.app import cli
-from perfledger.commands.cli.review import signed_request
 from perfledger.commands.mcp.server import build_server
 
 

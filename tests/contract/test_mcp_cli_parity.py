@@ -22,7 +22,7 @@ from subprocess_env import isolated_env, perfledger_command
 pytest.importorskip("mcp_types", reason="the MCP SDK is the optional extra perfledger[mcp]")
 
 from perfledger.commands.cli.app import cli as cli_group
-from perfledger.commands.mcp.answers import ANSWERS, SUBPROCESS
+from perfledger.commands.mcp.answers import ANSWERS, NO_JSON, SUBPROCESS
 from perfledger.commands.mcp.server import IN_PROCESS, MEASURES, Tools, _result
 
 #: The scripted session is built through the deciders (seconds): left to `make test`.
@@ -47,7 +47,18 @@ COMMANDS: list[list[str]] = [
     ["conflict", "resolve", "--dry-run", "--conflict", "nope", "--keep", "a", "--reason", "r"],
     ["checkpoint", "list"], ["skill", "install", "{tmp}/skill"],
     ["report", "--html", "{tmp}/r.html"],
+    ["knowledge", "check"], ["knowledge", "show", "ampere.cp_async"], ["knowledge", "query"],
+    ["knowledge", "query", "--phenomenon", "x"],
     # refusals: the CLI's error object and exit code
+    ["loop", "state", "--run", "nope"], ["push"], ["pull"], ["sync"],
+    ["clone", "/nonexistent/l", "{tmp}/clone"], ["evidence", "add", "--kind", "ncu"],
+    ["evidence", "add", "--kind", "ncu", "/nonexistent/r.csv", "--evidence-id", "x"],
+    ["triage", "/nonexistent/t.json"], ["review", "record", "--dry-run"],
+    ["review", "record", "--dry-run", "--sign-with", "/nonexistent/key"],
+    ["loop", "setup", "--baseline", "/nonexistent/k.cu", "--ref", "/nonexistent/r.py", "--dims", "{"],
+    # commands that take no --json: the CLI's refusal of it
+    ["skill", "--print"], ["review", "content", "--request", "-"], ["loop", "summary", "--run", "r"],
+    ["loop", "propose", "--run", "r", "--iter", "1"],
     ["remote", "remove", "nope"], ["checkout", "nope", "{tmp}/out"],
     ["attest", "e1", "--key", "/nonexistent/key"], ["artifact", "get", "HEAD", "x"],
     ["verify-attestation", "/nonexistent/a.json", "--signers", "/nonexistent/s"],
@@ -74,11 +85,12 @@ def _masked(data: Any) -> Any:
     return data
 
 
-def _cli(setting: tuple[Path, dict[str, str]], args: list[str]) -> Any:
+def _cli(setting: tuple[Path, dict[str, str]], args: list[str], stdin: str = "") -> Any:
     """``perfledger --ledger L ARGS --json``'s answer (an error object with its exit code)."""
     ledger, env = setting
     done = subprocess.run([*perfledger_command(), "--ledger", str(ledger), *args, "--json"],
-                          env=env, capture_output=True, text=True, check=False)  # fmt: skip
+                          env=env, input=stdin, capture_output=True, text=True,
+                          check=False)  # fmt: skip
     assert "Traceback" not in done.stderr, done.stderr
     try:
         answer = json.loads(done.stdout) if done.stdout.strip() else {}
@@ -89,7 +101,7 @@ def _cli(setting: tuple[Path, dict[str, str]], args: list[str]) -> Any:
     return translate_hints(answer)
 
 
-def _mcp(setting: tuple[Path, dict[str, str]], args: list[str]) -> Any:
+def _mcp(setting: tuple[Path, dict[str, str]], args: list[str], stdin: str | None = None) -> Any:
     """The ``cli`` tool's answer in this process; the subprocess path fails the test."""
     tools = Tools(str(setting[0]), ACTOR, cli_group)
 
@@ -97,7 +109,10 @@ def _mcp(setting: tuple[Path, dict[str, str]], args: list[str]) -> Any:
         raise AssertionError(f"cli {args} ran a subprocess")
 
     tools._subprocess = no_subprocess  # type: ignore[method-assign]
-    answer, _is_error = _result(tools, "cli", {"args": args})
+    arguments: dict[str, Any] = {"args": args}
+    if stdin is not None:
+        arguments["stdin"] = stdin
+    answer, _is_error = _result(tools, "cli", arguments)
     return answer
 
 
@@ -124,7 +139,18 @@ def _paths(command: click.Command, path: tuple[str, ...]) -> list[tuple[str, ...
 def test_only_the_documented_commands_run_as_a_subprocess() -> None:
     """Every command of the CLI is answered in this process (:data:`ANSWERS`, the server's
     ``IN_PROCESS`` and ``MEASURES``) or listed, with its reason, in :data:`SUBPROCESS`."""
-    in_process = {*ANSWERS, *IN_PROCESS, *(("measure", name) for name in MEASURES)}
+    in_process = {*ANSWERS, *IN_PROCESS, *NO_JSON, *(("measure", name) for name in MEASURES)}
     left = {p for p in _paths(cli_group, ()) if p not in in_process}
     assert left == set(SUBPROCESS)
-    assert all(SUBPROCESS.values())
+    assert all(SUBPROCESS.values()) and all(NO_JSON.values())
+    assert not set(NO_JSON) & set(ANSWERS)  # refused before any answer: none is written
+
+
+@pytest.mark.parametrize(
+    "stdin", ["{}", '{"experiment_id": "e1"}', "not json", '{"experiment_id": "e3", "reason": "r"}']
+)
+def test_a_request_on_stdin_is_read_from_the_tools_stdin_as_the_cli_reads_its_own(
+    setting: tuple[Path, dict[str, str]], stdin: str
+) -> None:
+    args = ["reject", "--request", "-", "--dry-run"]
+    assert _mcp(setting, args, stdin) == _cli(setting, args, stdin)

@@ -23,7 +23,7 @@ from perfledger.commands.workflow.review_signature import signature_hint, signed
 from perfledger.errors import BadRequest
 from perfledger.events.sshsig_blob import REVIEW_NAMESPACE, signature_key
 from perfledger.events.workflow import OBSERVED_METRICS
-from perfledger.ledger.sshsig import check_novalidate
+from perfledger.ledger.sshsig import check_novalidate, sign
 from perfledger.projections.verdict_explain import explain_verdict
 
 
@@ -173,6 +173,16 @@ def foreign_flag_warning(body: Any) -> str | None:
     )
 
 
+def signed_review_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
+    """``body`` (a ``review.record`` request) with ``signature``: the reviewer's SSH signature,
+    made with the private key at ``key_path`` in the ``perfledger-review`` namespace, over the
+    review's canonical content (R12, R17). Raises: BadRequest for an invalid request or a key
+    ssh-keygen cannot sign with."""
+    unsigned = {k: v for k, v in body.items() if k != "signature"}
+    content = signed_content(operations.validate("review.record", unsigned))
+    return {**unsigned, "signature": sign(content, key_path, namespace=REVIEW_NAMESPACE).decode()}
+
+
 __all__ = [
     "Recorded",
     "explanation",
@@ -180,4 +190,5 @@ __all__ = [
     "good_review_signature",
     "outside_samples_only",
     "record_decision",
+    "signed_review_request",
 ]

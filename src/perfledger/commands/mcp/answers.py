@@ -10,14 +10,16 @@ stated reason; ``--help`` (text for a shell) too.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from perfledger.api import Ledger
-from perfledger.app import handoff
+from perfledger.app import evidence, handoff
 from perfledger.app.actors import resolve_actor
+from perfledger.app.argv import refuse_evidence_form
 from perfledger.app.attest import attest, verify_attestation, write_attestation
 from perfledger.app.checkpoints import (
     listed_json,
@@ -28,7 +30,7 @@ from perfledger.app.checkpoints import (
     witnessed_json,
 )
 from perfledger.app.command_lines import refuse_with_flag_hint
-from perfledger.app.decisions import record_decision
+from perfledger.app.decisions import record_decision, signed_review_request
 from perfledger.app.event_lookup import (
     ArtifactGet,
     Note,
@@ -40,6 +42,20 @@ from perfledger.app.event_lookup import (
 from perfledger.app.examples import schema_example
 from perfledger.app.gc import collect_garbage
 from perfledger.app.identity import checkout
+from perfledger.app.knowledge import KnowledgeQuery, card_of, load_cards, query_knowledge
+from perfledger.app.loop import (
+    CloseIteration,
+    FinalizeRun,
+    LoopSetup,
+    close_iteration,
+    dims_of,
+    finalize_run,
+    finalized_json,
+    loop_run,
+    loop_setup,
+    run_state_json,
+    silent,
+)
 from perfledger.app.readmodels import (
     TargetQuery,
     champion_of,
@@ -58,6 +74,14 @@ from perfledger.app.readmodels import (
 from perfledger.app.report import build_report
 from perfledger.app.request_json import read_request
 from perfledger.app.status import session_status_with_commands
+from perfledger.app.sync import (
+    clone_ledger,
+    pull_ledger,
+    push_ledger,
+    raise_joined_conflicts,
+    sync_ledger,
+)
+from perfledger.app.triage import TriageRequest, triage_report
 from perfledger.commands.cli.common import to_json_text
 from perfledger.commands.cli.readmodels import NO_TARGET_HINT
 from perfledger.commands.registry.catalog import OPERATIONS
@@ -71,17 +95,22 @@ from perfledger.skill import install
 #: Commands the ``cli`` tool still runs as ``perfledger ... --json`` in a subprocess, and why.
 SUBPROCESS: dict[tuple[str, ...], str] = {
     ("mcp",): "a server over this process's own stdin and stdout: never from a tool call",
-    ("skill",): "text for people (SKILL.md with --print, else the help), not a JSON answer",
-    **{
-        words: "not yet moved: its click command still renders inline"
-        for words in (
-            ("clone",), ("evidence", "add"),
-            ("evidence", "ncu"), ("knowledge", "check"), ("knowledge", "query"),
-            ("knowledge", "show"), ("loop", "close-iter"), ("loop", "finalize"),
-            ("loop", "propose"), ("loop", "setup"), ("loop", "state"), ("loop", "summary"),
-            ("pull",), ("push",), ("review", "content"), ("review", "record"), ("sync",), ("triage",), )
-    },
-}  # fmt: skip
+}
+
+#: Commands that take no ``--json`` (their output is text or bytes for people and tools): the
+#: CLI refuses ``--json``, and so does the ``cli`` tool, in this process, with the CLI's error.
+NO_JSON: dict[tuple[str, ...], str] = {
+    ("skill",): "SKILL.md (--print) or the help: text",
+    ("review", "content"): "the bytes a reviewer signs",
+    ("loop", "summary"): "summary.md: text",
+    ("loop", "propose"): "methods.json and a draft analysis: files or text",
+}
+
+#: Held while a ``cli`` call measures in this process (``measure``, ``loop setup|close-iter|
+#: finalize``, ``evidence ncu``): a measurement sets process-wide state (the child subreaper
+#: of :mod:`perfledger.kernels.proc`, the monitor) that a second one at the same time would
+#: share.
+MEASURING = threading.Lock()
 
 
 def plain(answer: Any) -> Any:
@@ -92,13 +121,14 @@ def plain(answer: Any) -> Any:
 class Call(msgspec.Struct):
     """One ``cli`` call in this process: ``read(use_case, ...)`` runs a use case on a fresh open
     of the ledger; ``open_ledger`` opens it; ``ledger_path`` the server's (or the words'
-    ``--ledger``); ``actor`` the server's actor; ``stdin`` the tool's stdin text."""
+    ``--ledger``); ``actor`` the server's actor; ``stdin`` the tool's stdin text (empty where it gives none:
+    never this process's stdin, the MCP transport)."""
 
     read: Callable[..., Any]
     open_ledger: Callable[[], Any]
     ledger_path: str | None
     actor: str
-    stdin: str | None
+    stdin: str
 
     def actor_of(self, given: str | None) -> str:
         """Who acts: ``--actor`` (checked as the CLI checks it), else the server's actor (the
@@ -204,6 +234,124 @@ def _artifact_get(call: Call, p: dict[str, Any]) -> Any:
     request = ArtifactGet(event=p["event"], name=p["name"], output=p["output"], json=True)
     done = get_artifact(request, open_ledger=call.open_ledger)
     return {"event_id": done.event_id, "name": p["name"], "path": p["output"], "size": done.size}
+
+
+def _review_record(call: Call, p: dict[str, Any]) -> Any:
+    if p["sign_with"] is None:
+        return _write("review.record")(call, {k: v for k, v in p.items() if k != "sign_with"})
+    body = signed_review_request(read_request(p["request_source"], call.stdin), p["sign_with"])
+    return submit(call, "review.record", body, p)
+
+
+def _overrides(p: dict[str, Any]) -> dict[str, Any]:
+    """The request fields an ``evidence add|ncu`` flag sets."""
+    return {k: p[k] for k in ("evidence_id", "applicability", "layer", "shapes", "graph",
+                              "description", "target_id")}  # fmt: skip
+
+
+def _evidence_add(call: Call, p: dict[str, Any]) -> Any:
+    refuse_evidence_form(p["kind"], p["report"])
+    if p["kind"] is None:  # the generic write: a closed request
+        fields = ("request_source", "idempotency_key", "actor", "json_flag", "dry_run",
+                  "target_id")  # fmt: skip
+        return _write("evidence.add")(call, {k: p[k] for k in fields})
+    request = evidence.AddReport(
+        kind=p["kind"], report=p["report"],
+        context=read_request(p["request_source"], call.stdin), overrides=_overrides(p),
+        tool_version=p["tool_version"], grouping=p["grouping"], binary=p["binary"],
+        binary_hash=p["binary_hash"], ncu_path=p["ncu_path"], actor=call.actor_of(p["actor"]),
+        idempotency_key=p["idempotency_key"], dry_run=p["dry_run"],
+    )  # fmt: skip
+    return plain(evidence.add_report(request, open_ledger=call.open_ledger).to_json())
+
+
+def _evidence_ncu(call: Call, p: dict[str, Any]) -> Any:
+    request = evidence.NcuProfile(
+        command=list(p["command"]), overrides=_overrides(p), ncu_path=p["ncu_path"],
+        sections=list(p["sections"]), extra=list(p["ncu_options"]), timeout_s=p["timeout_s"],
+        actor=call.actor_of(p["actor"]), idempotency_key=p["idempotency_key"],
+    )  # fmt: skip
+    with MEASURING:
+        return plain(evidence.add_ncu_profile(request, open_ledger=call.open_ledger).to_json())
+
+
+def _knowledge_query(call: Call, p: dict[str, Any]) -> Any:
+    request = KnowledgeQuery(
+        env_path=p["env_path"], phenomena=list(p["phenomena"]), mechanisms=list(p["mechanisms"]),
+        dtype=p["dtype"], libraries=list(p["libraries"]), card_dirs=list(p["card_dirs"]),
+        shipped=not p["no_shipped"], evidence_id=p["evidence_id"], layer=p["layer"],
+        target_id=p["target_id"], stdin=call.stdin,
+    )  # fmt: skip
+    done = query_knowledge(request, open_ledger=call.open_ledger,
+                           actor=lambda: call.actor_of(p["actor"]))  # fmt: skip
+    return plain({**done.data, "recorded": done.recorded})
+
+
+def _knowledge_check(call: Call, p: dict[str, Any]) -> Any:
+    cards, digest = load_cards(p["directories"])
+    return {"cards": len(cards), "cards_digest": digest, "ok": True}
+
+
+def _triage(call: Call, p: dict[str, Any]) -> Any:
+    request = TriageRequest(
+        report=p["report"], known_paths=p["known_paths"], mapping=p["mapping"], top=p["top"],
+        denominator=p["denominator"], evidence_id=p["evidence_id"], target_id=p["target_id"],
+        of_target=p["of_target"],
+    )  # fmt: skip
+    done = triage_report(request, open_ledger=call.open_ledger,
+                         actor=lambda: call.actor_of(p["actor"]))  # fmt: skip
+    return plain({**done.answer, "recorded": done.recorded})
+
+
+def _loop_setup(call: Call, p: dict[str, Any]) -> Any:
+    request = LoopSetup(
+        baseline=p["baseline"], ref=p["ref_path"], dims=dims_of(p["dims"]), run_id=p["run_id"],
+        iterations=p["iterations"], ncu_num=p["ncu_num"], min_effect=p["min_effect"],
+        entry=p["entry"], driver=p["driver"], catalog=p["catalog_path"], sm_arch=p["sm_arch"],
+        actor=call.actor_of(p["actor"]),
+    )  # fmt: skip
+    with MEASURING:
+        return plain(loop_setup(request, open_ledger=call.open_ledger, say=silent))
+
+
+def _loop_close(call: Call, p: dict[str, Any]) -> Any:
+    request = CloseIteration(
+        run_id=p["run_id"], iteration=p["iteration"], kernel=p["kernel"],
+        methods=p["methods_path"], analysis=p["analysis_path"], pairs=p["pairs"],
+        actor=call.actor_of(p["actor"]),
+    )  # fmt: skip
+    with MEASURING:
+        return plain(close_iteration(request, open_ledger=call.open_ledger, say=silent))
+
+
+def _loop_finalize(call: Call, p: dict[str, Any]) -> Any:
+    request = FinalizeRun(run_id=p["run_id"], pairs=p["pairs"], stop_reason=p["stop_reason"],
+                          actor=call.actor_of(p["actor"]))  # fmt: skip
+    with MEASURING:
+        done = call.read(finalize_run, request, say=silent)
+    return finalized_json(p["run_id"], done, p["out"])
+
+
+def _clone(call: Call, p: dict[str, Any]) -> Any:
+    done = clone_ledger(p["url"], p["path"], remote=p["remote"], policy=_policy(p))
+    return plain({"path": done.path, **done.result.to_json()})
+
+
+def _pull(call: Call, p: dict[str, Any]) -> Any:
+    path, result, conflicts = call.read(pull_ledger, p["remote"], policy=_policy(p))
+    raise_joined_conflicts(conflicts)  # exit 6, as the CLI's
+    return plain({"ledger": path, **result.to_json(), "conflicts": conflicts})
+
+
+def _push(call: Call, p: dict[str, Any]) -> Any:
+    path, result = call.read(push_ledger, p["remote"])
+    return plain({"ledger": path, **result.to_json()})
+
+
+def _sync(call: Call, p: dict[str, Any]) -> Any:
+    path, result, conflicts = call.read(sync_ledger, p["remote"], policy=_policy(p))
+    raise_joined_conflicts(conflicts)  # exit 6, as the CLI's
+    return plain({"ledger": path, **result.to_json(), "conflicts": conflicts})
 
 
 def _note(call: Call, p: dict[str, Any]) -> Any:
@@ -336,8 +484,25 @@ ANSWERS: dict[tuple[str, ...], Callable[[Call, dict[str, Any]], Any]] = {
     ("checkout",): lambda c, p: plain(c.read(checkout, p["snapshot"], p["directory"])),
     ("skill", "install"): lambda c, p: {"installed": [str(f) for f in install(p["directory"])]},
     ("artifact", "get"): _artifact_get,
+    ("review", "record"): _review_record,
+    ("evidence", "add"): _evidence_add,
+    ("evidence", "ncu"): _evidence_ncu,
+    ("knowledge", "query"): _knowledge_query,
+    ("knowledge", "check"): _knowledge_check,
+    ("knowledge", "show"): lambda c, p: plain(card_of(p["card_id"], p["card_dirs"])),
+    ("triage",): _triage,
+    ("loop", "setup"): _loop_setup,
+    ("loop", "close-iter"): _loop_close,
+    ("loop", "finalize"): _loop_finalize,
+    ("loop", "state"): lambda c, p: plain(
+        run_state_json(c.read(lambda ledger: loop_run(ledger.state(), p["run_id"])))
+    ),
+    ("clone",): _clone,
+    ("pull",): _pull,
+    ("push",): _push,
+    ("sync",): _sync,
     ("report",): lambda c, p: plain(c.read(build_report, p["html_path"], target_id=p["target_id"])),
 }
 
 
-__all__ = ["ANSWERS", "SUBPROCESS", "Call", "plain", "submit"]
+__all__ = ["ANSWERS", "MEASURING", "NO_JSON", "SUBPROCESS", "Call", "plain", "submit"]

@@ -32,7 +32,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -66,7 +65,7 @@ from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, cl
 from perfledger.app.request_options import measure_request
 from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
-from perfledger.commands.mcp.answers import ANSWERS, Call, plain
+from perfledger.commands.mcp.answers import ANSWERS, MEASURING, Call, plain
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -288,7 +287,8 @@ class Tools:
             answer = IN_PROCESS[path](tools, params)
         elif path in ANSWERS:
             call = Call(read=tools._read, open_ledger=tools._open,
-                        ledger_path=tools.ledger_path, actor=self.actor, stdin=stdin)  # fmt: skip
+                        ledger_path=tools.ledger_path, actor=self.actor,
+                        stdin=stdin or "")  # never the server's own stdin: the transport  # fmt: skip
             answer = ANSWERS[path](call, params)
         else:
             answer = self._subprocess(args, stdin)
@@ -338,7 +338,7 @@ class Tools:
         Target whose primary the subject reports) still runs as ``perfledger measure ...`` in a subprocess: the driver watches its own
         process for stops (SIGCONT, R11) only from a main thread, and this server's tool calls
         run on worker threads (:func:`perfledger.app.measure_self.driver_timed`)."""
-        with _MEASURING:  # one at a time: a measurement's process-wide settings are its own
+        with MEASURING:  # one at a time: a measurement's process-wide settings are its own
             return self._measure_alone(words, args, stdin)
 
     def _measure_alone(self, words: list[str], args: list[str], stdin: str | None) -> Any:
@@ -439,11 +439,6 @@ def _global_options(commands: click.Group, args: list[str]) -> tuple[list[str], 
             ledger_path, words = words[1], words[2:]
     return words, ledger_path
 
-
-#: Held while a ``cli ["measure", ...]`` call measures in this process: the measurement sets
-#: process-wide state (the child subreaper of :mod:`perfledger.kernels.proc`, the monitor) that
-#: a second one at the same time would share.
-_MEASURING = threading.Lock()
 
 #: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> the application function
 #: (its request: :func:`perfledger.app.request_options.measure_request`).
