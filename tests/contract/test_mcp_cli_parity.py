@@ -32,7 +32,7 @@ ACTOR = "parity-agent"
 
 #: Commands answered alike (reads, dry runs and refusals: nothing appended by either caller).
 COMMANDS: list[list[str]] = [
-    ["log"], ["log", "-n", "3"], ["show", "HEAD"], ["state"], ["verify"], ["status"],
+    ["log"], ["log", "-n", "3"], ["log", "--ledger", "{tmp}/ledger"], ["--ledger={tmp}/ledger", "state"], ["show", "HEAD"], ["state"], ["verify"], ["status"],
     ["status", "--target", "t1"], ["claims"], ["claims", "--target", "t1"], ["rejected"],
     ["champion", "show"], ["champion", "show", "t1"], ["champion", "lineage", "t1"],
     ["target", "show"], ["target", "show", "t1"], ["experiment", "list"],
