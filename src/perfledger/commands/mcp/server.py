@@ -282,7 +282,9 @@ class Tools:
         tools = self if ledger_path is None else Tools(ledger_path, self.actor, self.commands)
         if words[:1] == ["measure"] and words[1:2] and words[1] in MEASURES:
             return tools._measure(words, args, stdin)
-        path, params = parse_words(self.commands, [*words, "--json"])
+        # --json before a `--` (evidence ncu's COMMAND follows it): the command's, not COMMAND's
+        cut = words.index("--") if "--" in words else len(words)
+        path, params = parse_words(self.commands, [*words[:cut], "--json", *words[cut:]])
         if path in IN_PROCESS:
             answer = IN_PROCESS[path](tools, params)
         elif path in ANSWERS:
