@@ -19,7 +19,8 @@ from test_plausibility import _big_claim, _target
 from test_review_signatures import _body, _flagged_champion, _key, _signers
 from wf_scenario import Session
 
-from perfledger.commands.cli.review import signed_request
+from perfledger.app.decisions import signed_review_request as signed_request
+from perfledger.commands.cli.app import cli
 from perfledger.commands.mcp.server import build_server
 
 
@@ -28,7 +29,7 @@ def _audits(ledger: Path, *args: list[str]) -> list[tuple[bool, Any]]:
 
     async def steps() -> list[tuple[bool, Any]]:
         out = []
-        async with Client(build_server(str(ledger), "auditor")) as client:
+        async with Client(build_server(str(ledger), "auditor", cli)) as client:
             for arg in args:
                 result = await client.call_tool("cli", {"args": arg})
                 out.append((result.is_error, json.loads(result.content[0].text)))

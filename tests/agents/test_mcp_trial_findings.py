@@ -180,12 +180,14 @@ def test_a_second_verdict_on_the_same_samples_is_refused_by_r12_with_where_to_re
 
 
 def test_init_through_the_cli_tool_says_it_made_a_bare_ledger_and_where(tmp_path: Path) -> None:
-    """``cli ["init"]`` (a real subprocess) answers with what it made of the server's ledger
+    """``cli ["init"]`` (in the server's process) answers with what it made of the server's ledger
     path: a bare git repository holding the ledger, acted on by this server's tools."""
     from perfledger.commands.mcp import Tools
 
     path = tmp_path / "ledger"
-    answer = Tools(str(path), "agent").call("cli", {"args": ["init"]})
+    from perfledger.commands.cli.app import cli
+
+    answer = Tools(str(path), "agent", cli).call("cli", {"args": ["init"]})
     assert answer["path"] == str(path)
     assert answer["message"].startswith(f"made {path} a perfledger ledger: a bare git repository")
     assert "this server's tools act on it" in answer["message"]
@@ -204,7 +206,9 @@ def test_a_server_started_beside_files_says_to_init_a_new_directory_and_then_act
     (tmp_path / "work.py").write_text("print('code')\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PERFLEDGER_DIR", raising=False)
-    tools = Tools(None, "agent")
+    from perfledger.commands.cli.app import cli
+
+    tools = Tools(None, "agent", cli)
     with pytest.raises(PerfledgerError) as refused:
         tools.call("status", {})
     assert '["init", "ledger"]' in (refused.value.hint or "")

@@ -67,9 +67,10 @@ def test_option_refusals_are_the_use_cases(tmp_path: Path) -> None:
 
 def test_mcp_measures_in_process_and_hands_the_driver_to_a_subprocess(tmp_path: Path) -> None:
     pytest.importorskip("mcp_types", reason="the MCP SDK is the optional extra perfledger[mcp]")
+    from perfledger.commands.cli.app import cli
     from perfledger.commands.mcp.server import Tools
 
-    tools = Tools(str(_ledger(tmp_path / "l")), "alice")
+    tools = Tools(str(_ledger(tmp_path / "l")), "alice", cli)
     handed: list[list[str]] = []
 
     def subprocess(args: list[str], stdin: str | None) -> Any:

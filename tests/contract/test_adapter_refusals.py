@@ -18,7 +18,7 @@ from perfledger.app.command_lines import refuse_unknown_tool, translate_hints
 from perfledger.app.event_lookup import ArtifactGet, get_artifact
 from perfledger.app.gc import collect_garbage
 from perfledger.app.loop import dims_of
-from perfledger.app.options import in_process_options
+from perfledger.app.options import parse_words
 from perfledger.app.request_options import measure_request
 from perfledger.errors import PerfledgerError
 from subprocess_env import isolated_env, perfledger_command
@@ -54,10 +54,11 @@ def _cli(setting: tuple[Path, dict[str, str]], *args: str) -> dict[str, Any]:
 def _mcp(setting: tuple[Path, dict[str, str]], tool: str, arguments: dict[str, Any]) -> Any:
     """The MCP server's error object for one tool call (its ``exit_code`` included)."""
     pytest.importorskip("mcp_types", reason="the MCP SDK is the optional extra perfledger[mcp]")
+    from perfledger.commands.cli.app import cli
     from perfledger.commands.mcp.server import Tools, _result
 
     ledger, _env = setting
-    answer, is_error = _result(Tools(str(ledger), ACTOR), tool, arguments)
+    answer, is_error = _result(Tools(str(ledger), ACTOR, cli), tool, arguments)
     assert is_error, answer
     return answer["error"]
 
@@ -123,13 +124,17 @@ def test_an_option_measure_does_not_take_is_refused_by_the_app_for_mcp_as_for_py
     assert (cli["code"], cli["exit_code"]) == ("bad_request", 2) and "bogus" in cli["message"]
 
 
-def test_env_with_an_option_it_does_not_take_is_refused_by_the_app_for_mcp_as_for_python(
+def test_env_with_an_option_it_does_not_take_is_one_refusal_for_python_the_cli_and_mcp(
     setting: tuple[Path, dict[str, str]],
 ) -> None:
-    python = _python(in_process_options, ["env", "--bogus"])
-    _same(python, None, _mcp(setting, "cli", {"args": ["env", "--bogus"]}))
-    cli = _cli(setting, "env", "--bogus")
-    assert (cli["code"], cli["exit_code"]) == ("bad_request", 2) and "--bogus" in cli["message"]
+    """The ``cli`` tool's words are read by the CLI's own click command
+    (:func:`perfledger.app.options.parse_words`): the CLI's usage error, word for word."""
+    from perfledger.commands.cli.app import cli
+
+    python = _python(parse_words, cli, ["env", "--bogus"])
+    assert "--bogus" in python["message"]
+    _same(python, _cli(setting, "env", "--bogus"),
+          _mcp(setting, "cli", {"args": ["env", "--bogus"]}))  # fmt: skip
 
 
 def test_artifact_get_json_without_output_is_one_refusal_for_python_the_cli_and_mcp(

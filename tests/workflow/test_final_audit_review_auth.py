@@ -16,8 +16,8 @@ from test_plausibility import TWENTY_X
 from test_review_signatures import _key, _signers
 from wf_scenario import T1, Session, samples
 
+from perfledger.app.decisions import signed_review_request as signed_request
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.cli.review import signed_request
 from perfledger.commands.registry.operations import execute
 
 

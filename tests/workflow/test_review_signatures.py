@@ -20,8 +20,8 @@ from test_plausibility import SELECT, _big_claim, _target
 from wf_scenario import Session
 
 from perfledger.app.decisions import record_decision
+from perfledger.app.decisions import signed_review_request as signed_request
 from perfledger.commands.audit.replay import audit
-from perfledger.commands.cli.review import signed_request
 from perfledger.commands.registry.operations import execute
 from perfledger.errors import BadRequest
 from perfledger.ledger.sshsig import sign

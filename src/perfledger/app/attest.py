@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -461,4 +462,17 @@ def verify_attestation(ledger: Ledger, path: str, signers_file: str) -> dict[str
             "subjects": len(derived["subject"])}  # fmt: skip
 
 
-__all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "attest", "derive", "pae", "verify_attestation"]
+def write_attestation(envelope: dict[str, Any], out: str, experiment_id: str) -> dict[str, Any]:
+    """Write ``envelope`` (what :func:`attest` returns) as JSON to ``out``; returns the answer of
+    ``attest --out``: ``{"attestation": its absolute path, "experiment", "keyid"}``.
+    Raises: OSError when ``out`` cannot be written."""
+    with open(out, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(envelope, indent=2) + "\n")
+    return {"attestation": os.path.abspath(out), "experiment": experiment_id,
+            "keyid": envelope["signatures"][0]["keyid"]}  # fmt: skip
+
+
+__all__ = [
+    "PAYLOAD_TYPE", "PREDICATE_TYPE", "attest", "derive", "pae", "verify_attestation",
+    "write_attestation",
+]  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfledger._version import __version__
 from perfledger.errors import BadRequest, IntegrityError
@@ -208,4 +208,30 @@ def witness_checkpoint(
     return target, witness, keep_copies(copy_dir, [target, witness])
 
 
-__all__ = ["sign_checkpoint", "verified_ledger", "verify", "witness_checkpoint"]
+def signed_json(tag: Any) -> dict[str, Any]:
+    """The answer of ``checkpoint sign`` for ``tag`` (what :func:`sign_checkpoint` returns):
+    ``{"tag", "ref", "head", "events", "digest"}``."""
+    return {"tag": tag.sha, "ref": f"refs/perfledger/checkpoints/{tag.sha}", "head": tag.head,
+            "events": tag.count, "digest": tag.digest}  # fmt: skip
+
+
+def witnessed_json(target: Any, tag: Any, paths: list[str]) -> dict[str, Any]:
+    """The answer of ``checkpoint witness`` (what :func:`witness_checkpoint` returns):
+    ``{"witness", "checkpoint", "head", "events", "copies"}`` (the copies' absolute paths)."""
+    return {"witness": tag.sha, "checkpoint": target.sha, "head": target.head,
+            "events": target.count, "copies": [os.path.abspath(p) for p in paths]}  # fmt: skip
+
+
+def listed_json(report: VerifyReport) -> dict[str, Any]:
+    """The answer of ``checkpoint list``: the checkpoints ``report`` (of :func:`verify`) found,
+    in the order they extend each other. Raises: the verification's error (exit 5, or 7 for a
+    ledger a newer perfledger wrote) when it failed."""
+    if not report.ok and report.error is not None:
+        raise report.error
+    return report.extra.get("checkpoints", {"checkpoints": [], "unsigned_events": None})
+
+
+__all__ = [
+    "listed_json", "sign_checkpoint", "signed_json", "verified_ledger", "verify",
+    "witness_checkpoint", "witnessed_json",
+]  # fmt: skip

@@ -23,7 +23,7 @@ from perfledger.commands.workflow.review_signature import signature_hint, signed
 from perfledger.errors import BadRequest
 from perfledger.events.sshsig_blob import REVIEW_NAMESPACE, signature_key
 from perfledger.events.workflow import OBSERVED_METRICS
-from perfledger.ledger.sshsig import check_novalidate
+from perfledger.ledger.sshsig import check_novalidate, sign
 from perfledger.projections.verdict_explain import explain_verdict
 
 
@@ -47,6 +47,19 @@ class Recorded(msgspec.Struct, frozen=True):
         ]  # fmt: skip
         first = events[0] if events else {}
         return {"op": self.op, **first, **explanation(first), "events": events}
+
+    def dry_run_json(self) -> dict[str, Any]:
+        """The answer of ``--dry-run``: the event(s) the request would append now, or the
+        existing event an already used idempotency key would return; nothing appended
+        (``{"op", "dry_run": true, "appended": false, "events": [{"kind", "payload",
+        "existing_event_id"?}]}``)."""
+        events = []
+        for d in self.events:
+            event = {"kind": d.kind, "payload": msgspec.to_builtins(d.payload)}
+            if getattr(d, "id", None):  # an envelope already in the ledger (idempotency key)
+                event["existing_event_id"] = d.id
+            events.append(event)
+        return {"op": self.op, "dry_run": True, "appended": False, "events": events}
 
 
 def explanation(event: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +173,16 @@ def foreign_flag_warning(body: Any) -> str | None:
     )
 
 
+def signed_review_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
+    """``body`` (a ``review.record`` request) with ``signature``: the reviewer's SSH signature,
+    made with the private key at ``key_path`` in the ``perfledger-review`` namespace, over the
+    review's canonical content (R12, R17). Raises: BadRequest for an invalid request or a key
+    ssh-keygen cannot sign with."""
+    unsigned = {k: v for k, v in body.items() if k != "signature"}
+    content = signed_content(operations.validate("review.record", unsigned))
+    return {**unsigned, "signature": sign(content, key_path, namespace=REVIEW_NAMESPACE).decode()}
+
+
 __all__ = [
     "Recorded",
     "explanation",
@@ -167,4 +190,5 @@ __all__ = [
     "good_review_signature",
     "outside_samples_only",
     "record_decision",
+    "signed_review_request",
 ]

@@ -19,6 +19,7 @@ import blake3
 import msgspec
 
 from perfledger.api import Ledger
+from perfledger.app.decisions import Recorded
 from perfledger.commands.registry import operations
 from perfledger.errors import BadRequest, EvidenceError
 from perfledger.kernels.profilers.capture import DEFAULT_SECTIONS, capture_ncu, export_ncu_rep
@@ -248,6 +249,12 @@ class EvidenceAdded(msgspec.Struct, kw_only=True):
     report: Any
     events: list[Any]
     dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` answer: :meth:`perfledger.app.decisions.Recorded.to_json` of the
+        events, or on a dry run :meth:`~perfledger.app.decisions.Recorded.dry_run_json`."""
+        recorded = Recorded("evidence.add", self.events, dry_run=self.dry_run)
+        return recorded.dry_run_json() if self.dry_run else recorded.to_json()
 
 
 def _added(

@@ -113,12 +113,16 @@ def load_cards(directories: Sequence[str], *, shipped: bool = True) -> tuple[lis
     return cards, digest.hexdigest()[:16]
 
 
-def read_env(path: str) -> dict[str, Any]:
-    """Read ``perfledger env --json``'s object from ``path`` (``-``: stdin).
+def read_env(path: str, stdin: str | None = None) -> dict[str, Any]:
+    """Read ``perfledger env --json``'s object from ``path`` (``-``: stdin: ``stdin``'s text
+    where the caller gives it, as the MCP server's ``cli`` tool does, else this process's).
 
     Raises: BadRequest when it is not readable, not JSON or not an object."""
 
-    text = sys.stdin.read(MAX_FILE_BYTES + 1) if path == "-" else _read_text(Path(path), "--env")
+    if path == "-":
+        text = sys.stdin.read(MAX_FILE_BYTES + 1) if stdin is None else stdin[: MAX_FILE_BYTES + 1]
+    else:
+        text = _read_text(Path(path), "--env")
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -238,7 +242,8 @@ class KnowledgeQuery(msgspec.Struct, frozen=True, kw_only=True):
     no environment), the ``phenomena`` and ``mechanisms`` that must all match, ``dtype``,
     ``libraries`` (``NAME=VERSION`` items), ``card_dirs`` (a user's card directories) and
     ``shipped`` (the shipped cards too); with ``evidence_id`` the answer is recorded as
-    diagnostic evidence of ``layer`` (``kernel``, ``workload``, ``service``) on ``target_id``."""
+    diagnostic evidence of ``layer`` (``kernel``, ``workload``, ``service``) on ``target_id``;
+    ``stdin``: the text ``-`` reads where the caller gives it (else this process's stdin)."""
 
     env_path: str | None = None
     phenomena: list[str] = []
@@ -250,6 +255,7 @@ class KnowledgeQuery(msgspec.Struct, frozen=True, kw_only=True):
     evidence_id: str | None = None
     layer: str = "kernel"
     target_id: str | None = None
+    stdin: str | None = None
 
 
 class KnowledgeAnswer(msgspec.Struct, frozen=True, kw_only=True):
@@ -275,7 +281,7 @@ def query_knowledge(
     env = None
     if request.env_path is not None:
         try:
-            env = matching.env_facts(read_env(request.env_path), libs)
+            env = matching.env_facts(read_env(request.env_path, request.stdin), libs)
         except ValueError as exc:
             raise BadRequest(f"--env {request.env_path!r}: {exc}", hint=HINT) from None
     elif libs:

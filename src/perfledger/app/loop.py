@@ -572,10 +572,47 @@ def finalize_run(ledger: Any, request: FinalizeRun, *, say: Say = silent) -> Fin
     )  # fmt: skip
 
 
+def run_state_json(run: Any) -> dict[str, Any]:
+    """The answer of ``loop state --json``: the run's derived state (``run``: what
+    :func:`loop_run` returns) as JSON builtins, without the method catalog (it is in the
+    RunSetUp event)."""
+    data = msgspec.to_builtins(run)
+    data["setup"].pop("catalog", None)
+    return data
+
+
+def finalized_json(run_id: str, done: Finalized, out: str) -> dict[str, Any]:
+    """Write ``done``'s summary.md (what :func:`finalize_run` returns) to ``out``; returns the
+    answer of ``loop finalize --json``: ``{"run_id", "event_id", "summary", "headline",
+    "best_hash"}``. Raises: OSError when ``out`` cannot be written."""
+    Path(out).write_text(done.summary_md, encoding="utf-8")
+    return {"run_id": run_id, "event_id": done.event_id, "summary": out,
+            "headline": done.headline, "best_hash": done.best_hash}  # fmt: skip
+
+
 __all__ = [
-    "DEFAULT_PAIRS", "LOOP_HINT", "CloseIteration", "FinalizeRun", "Finalized",
-    "IterationAnswer", "LoopSetup", "SetUp", "close_iteration", "dims_of", "finalize_run",
+    "DEFAULT_PAIRS",
+    "LOOP_HINT",
+    "CloseIteration",
+    "FinalizeRun",
+    "Finalized",
+    "IterationAnswer",
+    "LoopSetup",
+    "SetUp",
+    "close_iteration",
+    "dims_of",
+    "finalize_run",
+    "finalized_json",
     "loop_backend",
-    "loop_run", "loop_setup", "materialize", "precheck", "propose", "read_json", "read_text",
-    "record_profile", "recorded_body", "silent",
+    "loop_run",
+    "loop_setup",
+    "materialize",
+    "precheck",
+    "propose",
+    "read_json",
+    "read_text",
+    "record_profile",
+    "recorded_body",
+    "run_state_json",
+    "silent",
 ]  # fmt: skip

@@ -71,34 +71,6 @@ removed_explain_foreign_option = click.option(
 )
 
 
-#: The options of the commands an MCP client runs in the server's process through its ``cli``
-#: tool, as the CLI's commands take them (``perfledger init``, ``env``, ``audit``), with
-#: ``--json`` (always on there).
-IN_PROCESS_OPTIONS: dict[str, Callable[[], list[click.Parameter]]] = {
-    "init": lambda: [
-        click.Argument(["path"], required=False), click.Option(["--name"], default=None),
-        click.Option(["--actor"], default=None), click.Option(["--json"], is_flag=True),
-    ],
-    "env": lambda: [
-        click.Option(["--device"], type=click.IntRange(min=0), default=0),
-        click.Option(["--no-tools"], is_flag=True), click.Option(["--json"], is_flag=True),
-    ],
-    "audit": lambda: [
-        click.Option(["--allowed-signers", "allowed_signers"], default=None,
-                     type=click.Path(dir_okay=False)),
-        click.Option(["--json"], is_flag=True),
-    ],
-}  # fmt: skip
-
-
-def in_process_options(args: Sequence[str]) -> dict[str, Any]:
-    """The options of ``args`` (``["env", "--device", "1"]``, a command of
-    :data:`IN_PROCESS_OPTIONS` and its words) as the CLI's command reads them.
-
-    Raises: BadRequest (exit 2) for an option the command does not take, as the CLI does."""
-    return parse_options(args[0], IN_PROCESS_OPTIONS[args[0]](), args[1:])
-
-
 def options_of(*options: Decorator) -> Decorator:
     """One decorator applying click ``options`` in the order listed (the first is the first in
     ``--help``): a table of options several commands share."""
@@ -142,24 +114,80 @@ def parse_options(
         ) from None
 
 
+def usage_hint(exc: click.ClickException) -> str:
+    """The hint of a usage error: the failing command's own ``--help`` and, for an option it
+    does not take (``click.NoSuchOption``), the options it does take (a trial agent guessed
+    ``report --output`` and was pointed only at ``perfledger COMMAND --help``)."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or ctx.command is None:
+        return "`perfledger COMMAND --help` shows its arguments and options"
+    hint = f"`{ctx.command_path} --help` shows its arguments and options"
+    if isinstance(exc, click.NoSuchOption):
+        taken = sorted(
+            {
+                name
+                for param in ctx.command.params
+                if isinstance(param, click.Option) and not param.hidden
+                for name in param.opts
+                if name.startswith("--")
+            }
+        )
+        if taken:
+            hint = f"{ctx.command_path} takes {', '.join(taken)}; {hint}"
+    return hint
+
+
+def parse_words(root: click.Group, args: Sequence[str]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The command that ``args`` (a command line's words after ``perfledger`` and its global
+    options) names under ``root`` (the CLI's group) and its parameters, read by that command's
+    own click declarations without running it: ``(("champion", "show"), {"target_id": ...})``.
+    A group that runs without a subcommand (``handoff``) is named with its own parameters.
+
+    Raises: BadRequest (exit 2) for an unknown command, an option the command does not take or
+    a value it refuses: the message and hint the CLI gives (:func:`usage_hint`)."""
+    parent = click.Context(root, info_name="perfledger")
+    command: click.Command = root
+    path: list[str] = []
+    rest = list(args)
+    try:
+        while isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
+            name, found, rest = command.resolve_command(parent, rest)
+            assert name is not None and found is not None  # resolve_command raises otherwise
+            path.append(name)
+            command = found
+            if isinstance(command, click.Group) and rest and not rest[0].startswith("-"):
+                parent = click.Context(command, info_name=name, parent=parent)
+        if not path:
+            raise click.UsageError("Missing command.", ctx=parent)
+        with command.make_context(path[-1], rest, parent=parent) as ctx:
+            return tuple(path), dict(ctx.params)
+    except click.exceptions.Exit:  # --help: its text is the CLI's to print
+        raise BadRequest(
+            f"perfledger {' '.join(path)} --help prints text, not an answer",
+            hint="run `perfledger COMMAND --help` in a shell",
+        ) from None
+    except click.ClickException as exc:
+        raise BadRequest(exc.format_message(), hint=usage_hint(exc)) from None
+
+
 __all__ = [
     "ACTOR_DECLS",
     "ACTOR_HELP",
     "IDEMPOTENCY_DECLS",
     "IDEMPOTENCY_HELP",
-    "IN_PROCESS_OPTIONS",
     "JSON_HELP",
     "actor_option",
     "call_timeout_option",
     "cases_option",
     "idempotency_option",
-    "in_process_options",
     "json_option",
     "measure_dry_run_option",
     "measured_target_option",
     "options_of",
     "params_of",
     "parse_options",
+    "parse_words",
     "quiet_option",
     "removed_explain_foreign_option",
+    "usage_hint",
 ]

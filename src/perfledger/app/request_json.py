@@ -72,13 +72,17 @@ def _first_non_finite(node: Any, path: str = "") -> tuple[str, _NonFinite] | Non
     return None
 
 
-def read_request(source: str | None) -> dict[str, Any]:
-    """Read a JSON request object from ``source`` (a path, or ``-`` for stdin); an empty object
-    when ``source`` is None. Raises: BadRequest for unreadable or malformed JSON."""
+def read_request(source: str | None, stdin: str | None = None) -> dict[str, Any]:
+    """Read a JSON request object from ``source`` (a path, or ``-`` for stdin: ``stdin``'s text
+    where the caller gives it, as the MCP server's ``cli`` tool does, else this process's
+    stdin); an empty object when ``source`` is None. Raises: BadRequest for unreadable or
+    malformed JSON."""
     if source is None:
         return {}
     try:
-        if source == "-":
+        if source == "-" and stdin is not None:
+            data = stdin.encode()[: MAX_REQUEST_BYTES + 1]
+        elif source == "-":
             data = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
         else:
             with open(source, "rb") as handle:

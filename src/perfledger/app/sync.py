@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from perfledger.api import Ledger
+from perfledger.errors import PerfledgerError
 
 #: Exit code of a ``pull`` or ``sync`` that succeeded but joined concurrent decisions the rules
 #: forbid together: the ledger now holds an unresolved conflict that blocks decisions until
@@ -112,15 +113,41 @@ def sync_ledger(
     return os.path.abspath(ledger.path), result, conflicts
 
 
+class ConflictsJoined(PerfledgerError):
+    """A ``pull`` or ``sync`` that succeeded but joined concurrent decisions the rules forbid
+    together (exit :data:`CONFLICT_EXIT`): each conflict named with what it blocks."""
+
+    code = "conflicts_joined"
+    exit_code = CONFLICT_EXIT
+
+
+def raise_joined_conflicts(conflicts: list[dict[str, Any]]) -> None:
+    """Raise :class:`ConflictsJoined` naming ``conflicts`` (what a pull joined), if any: the
+    ``cli`` tool's answer to a pull whose CLI exits 6. Raises: ConflictsJoined."""
+    if not conflicts:
+        return
+    listed = "; ".join(
+        f"{c['kind']} {c['conflict_id']} on Target {c['target_id']}: the two machines chose "
+        f"{' and '.join(c['options'])} (blocks: {c['blocks']})"
+        for c in conflicts
+    )
+    raise ConflictsJoined(
+        f"the pull joined {len(conflicts)} conflict(s): {listed}",
+        hint="; ".join(c["resolve"] for c in conflicts),
+    )
+
+
 __all__ = [
     "CONFLICT_BLOCKS",
     "CONFLICT_EXIT",
     "Cloned",
+    "ConflictsJoined",
     "clone_ledger",
     "default_clone_path",
     "new_conflicts",
     "open_conflicts",
     "pull_ledger",
     "push_ledger",
+    "raise_joined_conflicts",
     "sync_ledger",
 ]

@@ -50,7 +50,9 @@ def mcp_command(actor: str | None) -> None:
     from perfledger.commands.mcp import serve  # noqa: PLC0415 (off `perfledger status`'s start-up path)
 
     ctx = _ctx(False)
-    serve(ctx.ledger_path, _actor(actor))
+    root = click.get_current_context().find_root().command  # the cli tool's commands
+    assert isinstance(root, click.Group)
+    serve(ctx.ledger_path, _actor(actor), root)
     sys.exit(0)
 
 

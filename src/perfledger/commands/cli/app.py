@@ -21,6 +21,7 @@ import click
 
 from perfledger._version import __version__
 from perfledger.app.argv import hoist_global_options, refuse_misplaced_ledger
+from perfledger.app.options import usage_hint
 from perfledger.commands.cli.command_help import COMMAND_HELP
 from perfledger.commands.cli.common import (
     Context,
@@ -339,29 +340,6 @@ def main(argv: list[str] | None = None) -> None:
         os.close(devnull)
         sys.exit(0)
     sys.exit(code)
-
-
-def usage_hint(exc: click.ClickException) -> str:
-    """The hint of a usage error: the failing command's own ``--help`` and, for an option it
-    does not take (``click.NoSuchOption``), the options it does take (a trial agent guessed
-    ``report --output`` and was pointed only at ``perfledger COMMAND --help``)."""
-    ctx = getattr(exc, "ctx", None)
-    if ctx is None or ctx.command is None:
-        return "`perfledger COMMAND --help` shows its arguments and options"
-    hint = f"`{ctx.command_path} --help` shows its arguments and options"
-    if isinstance(exc, click.NoSuchOption):
-        taken = sorted(
-            {
-                name
-                for param in ctx.command.params
-                if isinstance(param, click.Option) and not param.hidden
-                for name in param.opts
-                if name.startswith("--")
-            }
-        )
-        if taken:
-            hint = f"{ctx.command_path} takes {', '.join(taken)}; {hint}"
-    return hint
 
 
 def _main(argv: list[str] | None) -> None:

@@ -5,11 +5,10 @@ over :mod:`perfledger.app.attest`."""
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
-from perfledger.app.attest import attest, verify_attestation
+from perfledger.app.attest import attest, verify_attestation, write_attestation
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json
 from perfledger.commands.cli.common import json_option as _json
@@ -30,14 +29,10 @@ def attest_command(experiment: str, key_path: str, out: str | None, json_flag: b
     ctx = _ctx(json_flag)
 
     envelope = ctx.read(attest, experiment, key_path)
-    text = json.dumps(envelope, indent=2) + "\n"
     if out is None:
-        click.echo(text, nl=False)
+        click.echo(json.dumps(envelope, indent=2) + "\n", nl=False)
         return
-    with open(out, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    data = {"attestation": os.path.abspath(out), "experiment": experiment,
-            "keyid": envelope["signatures"][0]["keyid"]}  # fmt: skip
+    data = write_attestation(envelope, out, experiment)
     if ctx.json_mode:
         emit_json(data)
     else:

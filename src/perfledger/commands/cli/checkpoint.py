@@ -8,7 +8,14 @@ from typing import Any
 
 import click
 
-from perfledger.app.checkpoints import sign_checkpoint, verify, witness_checkpoint
+from perfledger.app.checkpoints import (
+    listed_json,
+    sign_checkpoint,
+    signed_json,
+    verify,
+    witness_checkpoint,
+    witnessed_json,
+)
 from perfledger.commands.cli.common import (
     actor_option,
     checkpoint_policy,
@@ -52,8 +59,7 @@ def sign(key_path: str, signers_file: str | None, actor: str | None, json_flag: 
         )
     finally:
         ledger.close()
-    data = {"tag": tag.sha, "ref": f"refs/perfledger/checkpoints/{tag.sha}", "head": tag.head,
-            "events": tag.count, "digest": tag.digest}  # fmt: skip
+    data = signed_json(tag)
     if ctx.json_mode:
         emit_json(data)
     else:
@@ -98,8 +104,7 @@ def witness(
         )  # fmt: skip
     finally:
         ledger.close()
-    data = {"witness": tag.sha, "checkpoint": target.sha, "head": target.head,
-            "events": target.count, "copies": [os.path.abspath(p) for p in paths]}  # fmt: skip
+    data = witnessed_json(target, tag, paths)
     if ctx.json_mode:
         emit_json(data)
     else:
@@ -117,9 +122,9 @@ def list_checkpoints(checkpoint_options: tuple[Any, ...], json_flag: bool) -> No
     policy = checkpoint_policy(checkpoint_options)
 
     report = ctx.read(verify, policy)
-    found = report.extra.get("checkpoints", {"checkpoints": [], "unsigned_events": None})
     if not report.ok:
         exit_verify_failure(ctx, report)
+    found = listed_json(report)
     if ctx.json_mode:
         emit_json(found)
         return

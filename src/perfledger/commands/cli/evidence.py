@@ -48,7 +48,7 @@ def _render(ctx: Any, done: Any) -> None:
     """The answer of a recorded (or, dry run, decided) report: the events, then for people
     its facts, kernels, layout, tool and limitations."""
     if done.dry_run:
-        _shared()._answer_dry_run(ctx, get_operation("evidence.add"), done.events)
+        _shared()._answer_dry_run(ctx, done.to_json())
         return
     _shared()._answer(ctx, get_operation("evidence.add"), done.events)
     if ctx.json_mode:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import msgspec
 
 from perfledger.app.loop import (
     DEFAULT_PAIRS,
@@ -24,9 +23,11 @@ from perfledger.app.loop import (
     close_iteration,
     dims_of,
     finalize_run,
+    finalized_json,
     loop_run,
     loop_setup,
     propose,
+    run_state_json,
 )
 from perfledger.commands.cli.common import actor_option
 from perfledger.commands.cli.common import command_context as _ctx
@@ -154,10 +155,9 @@ def finalize_cmd(
     ctx = _ctx(json_flag)
     request = FinalizeRun(run_id=run_id, pairs=pairs, stop_reason=stop_reason, actor=_actor(actor))
     done = ctx.read(finalize_run, request, say=_say(ctx))
-    Path(out).write_text(done.summary_md, encoding="utf-8")
+    data = finalized_json(run_id, done, out)
     if ctx.json_mode:
-        _emit({"run_id": run_id, "event_id": done.event_id, "summary": out,
-               "headline": done.headline, "best_hash": done.best_hash})  # fmt: skip
+        _emit(data)
     else:
         click.echo(f"RunFinalized {done.event_id}  summary: {out}")
 
@@ -175,9 +175,7 @@ def state_cmd(run_id: str, json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     run = _run(ctx, run_id)
     if ctx.json_mode:
-        data = msgspec.to_builtins(run)
-        data["setup"].pop("catalog", None)  # the catalog is in the RunSetUp event
-        _emit(data)
+        _emit(run_state_json(run))
         return
     setup = run.setup
     click.echo(f"run {run_id}: {setup.baseline.name} on {setup.sm_arch}")

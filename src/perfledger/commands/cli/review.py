@@ -49,20 +49,6 @@ def review_list(unresolved: bool, target_id: str | None, json_flag: bool) -> Non
         click.echo("no review recorded" + (" with unresolved dissent" if unresolved else ""))
 
 
-def signed_request(body: dict[str, Any], key_path: str) -> dict[str, Any]:
-    """``body`` (a ``review.record`` request) with ``signature``: the reviewer's SSH signature,
-    made with the private key at ``key_path`` in the ``perfledger-review`` namespace, over the
-    review's canonical content. Raises: BadRequest for an invalid request or a key ssh-keygen
-    cannot sign with."""
-    from perfledger.commands.registry import operations  # noqa: PLC0415 (off `perfledger log`'s start-up path)
-    from perfledger.commands.workflow.review_signature import signed_content  # noqa: PLC0415 (off `perfledger log`'s start-up path)
-    from perfledger.ledger.sshsig import REVIEW_NAMESPACE, sign  # noqa: PLC0415 (ssh-keygen signing, off the start-up path)
-
-    unsigned = {k: v for k, v in body.items() if k != "signature"}
-    content = signed_content(operations.validate("review.record", unsigned))
-    return {**unsigned, "signature": sign(content, key_path, namespace=REVIEW_NAMESPACE).decode()}
-
-
 def _signing_record(generic: click.Command) -> click.Command:
     """The generic ``review record`` with ``--sign-with KEY``."""
     from perfledger.commands.cli.workflow import submit  # noqa: PLC0415 (cli.workflow installs this group: a cycle at import)
@@ -72,8 +58,10 @@ def _signing_record(generic: click.Command) -> click.Command:
             assert generic.callback is not None
             generic.callback(**options)
             return
+        from perfledger.app.decisions import signed_review_request  # noqa: PLC0415 (the request models: off `perfledger log`'s start-up path)
+
         ctx = _ctx(options["json_flag"])
-        body = signed_request(read_request(options["request_source"]), sign_with)
+        body = signed_review_request(read_request(options["request_source"]), sign_with)
         submit(
             ctx, "review.record", body, actor=options["actor"],
             idempotency_key=options["idempotency_key"], dry_run=options["dry_run"],

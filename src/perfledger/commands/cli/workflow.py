@@ -129,24 +129,17 @@ def submit(
     finally:
         ledger.close()
     if recorded.dry_run:
-        _answer_dry_run(ctx, operation, recorded.events)
+        _answer_dry_run(ctx, recorded.dry_run_json())
         return
     _answer(ctx, operation, recorded.events)
 
 
-def _answer_dry_run(ctx: Any, operation: Operation, drafts: list[Any]) -> None:
-    """The answer of ``--dry-run``: the event(s) the request would append now, or the existing
-    event an already used idempotency key would return; nothing appended (``{"op", "dry_run":
-    true, "appended": false, "events": [{"kind", "payload", "existing_event_id"?}]}``)."""
-
-    events = []
-    for d in drafts:
-        event = {"kind": d.kind, "payload": msgspec.to_builtins(d.payload)}
-        if getattr(d, "id", None):  # an envelope already in the ledger (idempotency key)
-            event["existing_event_id"] = d.id
-        events.append(event)
+def _answer_dry_run(ctx: Any, answer: dict[str, Any]) -> None:
+    """Render the answer of ``--dry-run`` (:meth:`perfledger.app.decisions.Recorded.dry_run_json`):
+    JSON, or what would be appended for people."""
+    events = answer["events"]
     if ctx.json_mode:
-        _emit({"op": operation.name, "dry_run": True, "appended": False, "events": events})
+        _emit(answer)
         return
     for event in events:
         if "existing_event_id" in event:

@@ -10,13 +10,16 @@ A thin skin over the same library calls as the CLI:
   snapshots ``original.subject`` and ``experiment_create`` ``candidate.subject`` as the CLI
   does (R11);
 - read models as tools: ``status``, ``state``, ``claims``, ``champion``, ``handoff``, ``schema``;
-- ``cli``: any other ``perfledger`` command with ``--json`` on the same ledger: ``init``,
-  ``env``, ``audit`` and ``measure aa|kernel|workload|serving|baseline`` in this process through
-  the application layer (:mod:`perfledger.app.ledgers`,
-  :func:`perfledger.app.context.environment_payload`, :mod:`perfledger.app.audit`, the
-  measuring use cases of :data:`MEASURES`); the others (``handoff record``...) as a subprocess,
-  and so does a measurement by the self-timed driver: its watch of its own process (SIGCONT)
-  runs only on a main thread, which this server's tool calls are not.
+- ``cli``: any other ``perfledger`` command with ``--json`` on the same ledger, in this
+  process: its words read by the CLI's own click command (passed in by ``perfledger mcp``:
+  :func:`perfledger.app.options.parse_words`, the CLI's usage errors word for word), then the
+  application function that command calls, answering the command's ``--json`` answer
+  (``init``, ``env``, ``audit``: :data:`IN_PROCESS`; ``measure aa|kernel|workload|serving|
+  baseline``: :data:`MEASURES`; reads and writes: :data:`perfledger.commands.mcp.answers.ANSWERS`).
+  A subprocess (``perfledger ... --json``) runs only ``--help``, the commands of
+  :data:`perfledger.commands.mcp.answers.SUBPROCESS` (each with its reason) and a measurement
+  by the self-timed driver: its watch of its own process (SIGCONT) runs only on a main thread,
+  which this server's tool calls are not.
 
 A refusal is a tool error (``is_error``) whose text and structured content are the CLI's error
 object ``{"error": {"code", "rule", "message", "hint"}}``; nothing was appended. Each call opens
@@ -29,16 +32,17 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
+import click
 import mcp_types as types
 import msgspec
 
 from perfledger._version import __version__
 from perfledger.api import Ledger, find_ledger_path
 from perfledger.app.actors import refuse_empty_actor, resolve_actor
+from perfledger.app.argv import hoist_global_options, refuse_misplaced_ledger
 from perfledger.app.audit import audit_exit_code, audit_ledger
 from perfledger.app.baseline import measure_baseline
 from perfledger.app.command_lines import refuse_unknown_tool, tool_name, translate_hints
@@ -56,11 +60,12 @@ from perfledger.app.measure_aa import measure_aa
 from perfledger.app.measure_kernel import measure_kernel
 from perfledger.app.measure_self import driver_timed, measure_workload_stage
 from perfledger.app.measure_serving_load import measure_serving
-from perfledger.app.options import in_process_options
+from perfledger.app.options import parse_words
 from perfledger.app.readmodels import TargetQuery, champion_of, champions_of, claims_of
 from perfledger.app.request_options import measure_request
 from perfledger.app.status import session_status_with_commands
 from perfledger.commands.cli.common import to_json_text
+from perfledger.commands.mcp.answers import ANSWERS, MEASURING, Call, plain
 from perfledger.commands.registry.operations import OPERATIONS, get_operation, json_schema
 from perfledger.commands.workflow.field_docs import DRIVER_CONTRACT, OUTPUT_FORMATS
 from perfledger.errors import BadRequest, PerfledgerError
@@ -173,11 +178,17 @@ def _write_tools() -> dict[str, str]:
 
 class Tools:
     """The tools of one server: what to list and how to call each (plain synchronous calls on
-    the ledger at ``ledger_path``, acting as ``actor``)."""
+    the ledger at ``ledger_path``, acting as ``actor``). ``commands``: the CLI's root group
+    (``perfledger mcp`` passes its own), whose commands read the ``cli`` tool's words; without
+    it every ``cli`` call runs as a subprocess (the server cannot import the CLI that starts
+    it)."""
 
-    def __init__(self, ledger_path: str | None, actor: str) -> None:
+    def __init__(
+        self, ledger_path: str | None, actor: str, commands: click.Group | None = None
+    ) -> None:
         self.ledger_path = ledger_path
         self.actor = actor
+        self.commands = commands
         self.writes = _write_tools()
 
     def _open(self) -> Any:
@@ -259,13 +270,31 @@ class Tools:
         return json_schema(get_operation(self.writes.get(operation, operation)).name)
 
     def _read_cli(self, args: list[str], stdin: str | None = None) -> Any:
-        if args[0] in IN_PROCESS and "--help" not in args:
-            answer = IN_PROCESS[args[0]](self, in_process_options(args))
-        elif args[0] == "measure" and args[1:2] and args[1] in MEASURES and "--help" not in args:
-            answer = self._measure(args, stdin)
+        """``perfledger ARGS --json`` on this ledger, as this actor: in this process (the words
+        read by the CLI's own click command, :func:`perfledger.app.options.parse_words`, then
+        the application function it calls: :data:`IN_PROCESS`, :data:`MEASURES`,
+        :data:`perfledger.commands.mcp.answers.ANSWERS`), except ``--help`` and
+        :data:`perfledger.commands.mcp.answers.SUBPROCESS` (a subprocess). Raises:
+        PerfledgerError, the CLI's error for the same words."""
+        if not args or _SHELL_ONLY.intersection(args) or self.commands is None:
+            return self._subprocess(args, stdin)
+        words, ledger_path = _global_options(self.commands, args)
+        tools = self if ledger_path is None else Tools(ledger_path, self.actor, self.commands)
+        if words[:1] == ["measure"] and words[1:2] and words[1] in MEASURES:
+            return tools._measure(words, args, stdin)
+        # --json before a `--` (evidence ncu's COMMAND follows it): the command's, not COMMAND's
+        cut = words.index("--") if "--" in words else len(words)
+        path, params = parse_words(self.commands, [*words[:cut], "--json", *words[cut:]])
+        if path in IN_PROCESS:
+            answer = IN_PROCESS[path](tools, params)
+        elif path in ANSWERS:
+            call = Call(read=tools._read, open_ledger=tools._open,
+                        ledger_path=tools.ledger_path, actor=self.actor,
+                        stdin=stdin or "")  # never the server's own stdin: the transport  # fmt: skip
+            answer = ANSWERS[path](call, params)
         else:
             answer = self._subprocess(args, stdin)
-        if args[0] == "init" and isinstance(answer, dict) and "path" in answer:
+        if path == ("init",) and isinstance(answer, dict) and "path" in answer:
             answer["message"] = self._init_message(answer["path"])
         return answer
 
@@ -291,7 +320,7 @@ class Tools:
         file, every review's SSH signature is checked against it: R12, R17); findings are a
         tool error with the audit's exit code (5, or 7 for a ledger a newer perfledger wrote),
         each finding in its message. Raises: BadRequest when FILE does not exist."""
-        report = self._read(audit_ledger, options["allowed_signers"])
+        report = self._read(audit_ledger, options["allowed_signers"], full=options["full"])
         if report.ok:
             return report.to_json()
         listed = "; ".join(f"{f.rule} {f.event_id[:16] or '-'} {f.kind}: {f.message}"
@@ -300,7 +329,7 @@ class Tools:
         exc.exit_code = audit_exit_code(report)
         raise exc
 
-    def _measure(self, args: list[str], stdin: str | None) -> Any:
+    def _measure(self, words: list[str], args: list[str], stdin: str | None) -> Any:
         """``cli ["measure", NAME, ...]`` through the application layer, in this process: the
         words read into the use case's request by
         :func:`perfledger.app.request_options.measure_request` (the options the CLI's command is
@@ -311,26 +340,27 @@ class Tools:
         Target whose primary the subject reports) still runs as ``perfledger measure ...`` in a subprocess: the driver watches its own
         process for stops (SIGCONT, R11) only from a main thread, and this server's tool calls
         run on worker threads (:func:`perfledger.app.measure_self.driver_timed`)."""
-        with _MEASURING:  # one at a time: a measurement's process-wide settings are its own
-            return self._measure_alone(args, stdin)
+        with MEASURING:  # one at a time: a measurement's process-wide settings are its own
+            return self._measure_alone(words, args, stdin)
 
-    def _measure_alone(self, args: list[str], stdin: str | None) -> Any:
-        """:meth:`_measure`, with no other measurement running in this process."""
-        name = args[1]
+    def _measure_alone(self, words: list[str], args: list[str], stdin: str | None) -> Any:
+        """:meth:`_measure`, with no other measurement running in this process (``words``:
+        ``args`` without the global options)."""
+        name = words[1]
         request = measure_request(
-            name, args[2:], lambda given: resolve_actor(given, self.ledger_path),
+            name, words[2:], lambda given: resolve_actor(given, self.ledger_path),
             default_actor=self.actor,
         )  # fmt: skip
         measure = MEASURES[name]
         if name == "serving":  # a report needs no ledger: opened only where it records
-            return _plain(measure(request, open_ledger=self._open).answer)
+            return plain(measure(request, open_ledger=self._open).answer)
         ledger = self._open()
         try:
             if driver_timed(ledger.state(), request):
                 ledger.close()
                 ledger = None
                 return self._subprocess(args, stdin)
-            return _plain(measure(ledger, request).answer())
+            return plain(measure(ledger, request).answer())
         finally:
             if ledger is not None:
                 ledger.close()
@@ -386,20 +416,31 @@ class CliFailed(PerfledgerError):
 
 
 #: ``cli`` commands answered in this process: name -> the Tools method that answers them.
-IN_PROCESS: dict[str, Callable[[Tools, dict[str, Any]], Any]] = {
-    "init": Tools._init, "env": Tools._env, "audit": Tools._audit,
+IN_PROCESS: dict[tuple[str, ...], Callable[[Tools, dict[str, Any]], Any]] = {
+    ("init",): Tools._init, ("env",): Tools._env, ("audit",): Tools._audit,
 }  # fmt: skip
 
+#: Words whose answer is text for a shell (help, the version): the CLI prints it, in a
+#: subprocess.
+_SHELL_ONLY = frozenset({"--help", "-h", "--version"})
 
-def _plain(answer: Any) -> Any:
-    """``answer`` as plain JSON values (what a subprocess's ``--json`` answer would be)."""
-    return json.loads(to_json_text(answer))
 
+def _global_options(commands: click.Group, args: list[str]) -> tuple[list[str], str | None]:
+    """``args`` without the root's options, and the ledger its ``--ledger`` names (None:
+    this server's), read as the CLI reads them (:func:`perfledger.app.argv.hoist_global_options`).
+    Raises: BadRequest for a misplaced ``--ledger`` (the CLI's refusal)."""
+    refuse_misplaced_ledger(args, commands.list_commands(click.Context(commands)))
+    words = hoist_global_options(args)
+    ledger_path = None
+    while words and (words[0] == "--json" or words[0].split("=", 1)[0] == "--ledger"):
+        if words[0] == "--json":
+            words = words[1:]
+        elif "=" in words[0]:
+            ledger_path, words = words[0].split("=", 1)[1], words[1:]
+        else:
+            ledger_path, words = words[1], words[2:]
+    return words, ledger_path
 
-#: Held while a ``cli ["measure", ...]`` call measures in this process: the measurement sets
-#: process-wide state (the child subreaper of :mod:`perfledger.kernels.proc`, the monitor) that
-#: a second one at the same time would share.
-_MEASURING = threading.Lock()
 
 #: ``cli ["measure", NAME, ...]`` measured in this process: NAME -> the application function
 #: (its request: :func:`perfledger.app.request_options.measure_request`).
@@ -423,14 +464,15 @@ def _result(tools: Tools, name: str, arguments: dict[str, Any]) -> tuple[Any, bo
         ).to_json(), True
 
 
-def build_server(ledger_path: str | None, actor: str) -> Any:
-    """The MCP low-level ``Server`` with perfledger's tools (see the module docstring).
+def build_server(ledger_path: str | None, actor: str, commands: click.Group | None = None) -> Any:
+    """The MCP low-level ``Server`` with perfledger's tools (see the module docstring;
+    ``commands``: the CLI's root group, :class:`Tools`).
 
     Raises: ImportError when the ``mcp`` SDK is not installed."""
     import anyio  # noqa: PLC0415 (the MCP SDK's runtime: optional (perfledger[mcp]))
     from mcp.server.lowlevel import Server  # noqa: PLC0415 (the MCP SDK: optional (perfledger[mcp]))
 
-    tools = Tools(ledger_path, actor)
+    tools = Tools(ledger_path, actor, commands)
     listing = [
         types.Tool(name=name, description=text, input_schema=schema)
         for name, text, schema in tools.listing()
@@ -458,8 +500,9 @@ def build_server(ledger_path: str | None, actor: str) -> Any:
     )
 
 
-def serve(ledger_path: str | None, actor: str) -> None:
-    """Serve the tools over stdin/stdout until the client closes the connection.
+def serve(ledger_path: str | None, actor: str, commands: click.Group | None = None) -> None:
+    """Serve the tools over stdin/stdout until the client closes the connection (``commands``:
+    the CLI's root group, :class:`Tools`).
 
     Raises: BadRequest (exit 2) when the ``mcp`` SDK is not installed."""
     try:
@@ -469,7 +512,7 @@ def serve(ledger_path: str | None, actor: str) -> None:
         raise BadRequest(
             "perfledger mcp needs the MCP SDK", hint="pip install 'perfledger[mcp]'"
         ) from None
-    server = build_server(ledger_path, actor)
+    server = build_server(ledger_path, actor, commands)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
