@@ -363,7 +363,8 @@ def test_reading_another_process_memory_is_refused() -> None:
         "raw_call('io_uring_setup', 1, ctypes.byref(ctypes.create_string_buffer(120)))",
         "raw_call('keyctl', 0, -4, 0)",  # KEYCTL_GET_KEYRING_ID of the user keyring
         "raw_call('userfaultfd', os.O_CLOEXEC)",
-        f"raw_call('kcmp', {os.getpid()}, os.getpid(), 0, 0, 0)",  # KCMP_FILE
+        # KCMP_FILE against its parent (a static id: every xdist worker collects the same)
+        "raw_call('kcmp', os.getppid(), os.getpid(), 0, 0, 0)",
         "raw_call('msgget', 0, 0o1600)",  # a private SysV message queue
     ],
 )
