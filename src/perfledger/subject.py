@@ -34,6 +34,27 @@ from typing import Any
 #: Must match :data:`perfledger.kernels.workload.worker.PROTOCOL` and ``FDS_ENV``.
 PROTOCOL = "perfledger-worker/1"
 FDS_ENV = "PERFLEDGER_WORKER_FDS"
+#: A call line as perfledger writes it (``json.dumps`` of these fields, in this order).
+_CALL_LINE = b'{"op": "call", "id": %d, "case": "%s", "seed": %d, "output": "%s"}'
+
+
+def _call_of(line: bytes) -> dict[str, Any] | None:
+    """The call in ``line`` where the line is byte for byte what perfledger writes
+    (:data:`_CALL_LINE`) with no escape in it (no backslash: no string holds a quote), read
+    without the JSON decoder: it is the first work a worker does as a call's line wakes it,
+    inside the call's clock, where a cold ``json.loads`` costs tens of microseconds. None for
+    any other line (then decoded as JSON); where not None, what ``json.loads`` would give."""
+    pieces = line.split(b'"')
+    if len(pieces) != 17 or b"\\" in line:
+        return None
+    try:
+        n, seed = int(pieces[6][2:-2]), int(pieces[12][2:-2])
+        case, output = pieces[9].decode(), pieces[15].decode()
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    if line.rstrip(b"\n") != _CALL_LINE % (n, pieces[9], seed, pieces[15]):
+        return None  # not the canonical form (the numbers re-made, every other byte the same)
+    return {"op": "call", "id": n, "case": case, "seed": seed, "output": output}
 
 
 def serve(
@@ -68,7 +89,7 @@ def serve(
 
         say({"op": "ready", "protocol": PROTOCOL})
         for line in calls:
-            message = json.loads(line)
+            message = _call_of(line) or json.loads(line)
             op = message.get("op")
             if op == "exit":
                 return
