@@ -7,6 +7,7 @@ and the call's closing CPU reading walks the worker's tree once."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import time
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from perfledger.kernels.workload import outputs
-from perfledger.kernels.workload.worker import ANSWER_POLL_NS, Worker, new_seed
+from perfledger.kernels.workload.worker import ANSWER_POLL_NS, Worker, new_seed, tree_cpu_ns
 from perfledger.subject import _call_of
 
 #: A subject whose call sleeps (no CPU) for the seconds named in the file ``sleep`` beside it,
@@ -138,4 +139,80 @@ def test_the_closing_cpu_reading_asks_for_escaped_processes_once(tmp_path: Path)
     with Worker("ref", argv, timeout_s=10.0) as worker:
         one_call(worker, escaped=escaped)
         assert len(asked) == 1, len(asked)
+        worker.close()
+
+
+#: A subject speaking the protocol by hand, without ``wake`` in its ready line: any line but a
+#: call or exit ends it with an error (the protocol as it was before ``wake``).
+BY_HAND = """
+import json, os
+calls_fd, answers_fd = (int(x) for x in os.environ["PERFLEDGER_WORKER_FDS"].split(","))
+answers = os.fdopen(answers_fd, "wb", buffering=0)
+answers.write(b'{"op": "ready", "protocol": "perfledger-worker/1"}\\n')
+for line in os.fdopen(calls_fd, "rb"):
+    message = json.loads(line)
+    if message["op"] == "exit":
+        break
+    assert message["op"] == "call", message
+    with open(message["output"], "w") as f:
+        json.dump(message["case"], f)
+    answers.write(b'{"op": "done", "id": %d}\\n' % message["id"])
+"""
+
+
+@pytest.mark.slow
+def test_a_worker_that_does_not_say_wake_is_never_sent_one(tmp_path: Path) -> None:
+    path = tmp_path / "by_hand.py"
+    path.write_text(textwrap.dedent(BY_HAND))
+    with Worker("ref", [sys.executable, str(path)], timeout_s=10.0) as worker:
+        assert worker.wakes is False
+        for case in ("a", "b", "a"):
+            timing, _cpu = one_call(worker, case)
+            assert json.loads(timing.output.data) == case
+        worker.close()
+    with Worker("ref", sleeper(tmp_path, 0.0), timeout_s=10.0) as served:
+        assert served.wakes is True  # perfledger.subject.serve says it answers `wake`
+        served.close()
+
+
+@pytest.mark.slow
+def test_a_wrong_answer_to_wake_is_out_of_protocol(tmp_path: Path) -> None:
+    path = tmp_path / "bad_wake.py"
+    path.write_text(
+        textwrap.dedent(BY_HAND)
+        .replace('"perfledger-worker/1"}', '"perfledger-worker/1", "wake": true}')
+        .replace(
+            "    message = json.loads(line)\n",
+            "    message = json.loads(line)\n"
+            "    if message['op'] == 'wake':\n"
+            '        answers.write(b\'{"op": "done", "id": 1}\\n\')\n'
+            "        continue\n",
+        )
+    )
+    from perfledger.kernels.workload.worker import WorkerFailed
+
+    with Worker("ref", [sys.executable, str(path)], timeout_s=10.0) as worker:
+        assert worker.wakes is True
+        with pytest.raises(WorkerFailed) as caught:
+            one_call(worker)
+    assert caught.value.reason == "protocol" and "wake" in caught.value.message
+
+
+@pytest.mark.slow
+def test_a_woken_worker_polls_for_its_call_only_within_its_bound(tmp_path: Path) -> None:
+    """After answering ``awake``, serve() polls for the call's line for WAKE_POLL_NS at most,
+    then sleeps: a call that comes late finds a worker that used almost no CPU meanwhile."""
+    from perfledger.subject import WAKE_POLL_NS
+
+    with Worker("ref", sleeper(tmp_path, 0.0), timeout_s=10.0) as worker:
+        one_call(worker)
+        os.write(worker._calls_w, b'{"op": "wake"}\n')
+        assert worker._read_line(time.perf_counter() + 5, "awake") == b'{"op": "awake"}'
+        cpu0 = tree_cpu_ns(worker.pid)
+        time.sleep(0.3)  # far longer than the poll's bound
+        used_s = (tree_cpu_ns(worker.pid) - cpu0) / 1e9
+        assert used_s < 0.3 / 4, used_s
+        assert WAKE_POLL_NS <= 1_000_000
+        timing, _cpu = one_call(worker)  # the late call's line is still read
+        assert json.loads(timing.output.data) == "c"
         worker.close()

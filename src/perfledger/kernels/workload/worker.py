@@ -8,11 +8,19 @@ object a line, over a pipe pair of its own whose descriptors the child finds in
 :data:`FDS_ENV` (``"CALLS_FD,ANSWERS_FD"``), never over stdout: a subject's prints go to a file
 and cannot break the protocol::
 
-    child:  {"op": "ready", "protocol": "perfledger-worker/1"}
+    child:  {"op": "ready", "protocol": "perfledger-worker/1"}      (optionally "wake": true)
+    parent: {"op": "wake"}                      (only to a worker that said "wake": true)
+    child:  {"op": "awake"}
     parent: {"op": "call", "id": 3, "case": "wide", "seed": 8236..., "output": "/tmp/.../output"}
     child:  {"op": "done", "id": 3}                       (optionally "reported": {name: number})
     parent: {"op": "exit"}
 
+- The **wake** (:meth:`Worker._wake`), to a worker whose ready line says ``"wake": true``
+  (:func:`perfledger.subject.serve`'s do), comes after a call's opening CPU readings and
+  before its clock starts; the worker answers ``awake`` and polls for the call's line for a
+  bounded time (``perfledger.subject.WAKE_POLL_NS``) before it sleeps again: the wake-up of a
+  sleeping process (on a VM, an idle virtual CPU's) is then not inside the clock. It carries
+  nothing of the call; what the worker does from it on is in the call's CPU time.
 - The **seed** is drawn from the OS's random source (:func:`secrets.randbits`) when a pair's
   first call starts, and the same for both calls of the pair; the **output** place is fresh and
   private per call (:class:`perfledger.derive.outputs.OutputPlace`), read and removed as soon as
@@ -473,6 +481,8 @@ class Worker:
                 f"its first line must be {{'op': 'ready', 'protocol': {PROTOCOL!r}}}, "
                 f"not {json.dumps(ready)[:200]}",
             )
+        #: it answers ``wake`` (said in its ready line): woken before each call's clock starts
+        self.wakes = ready.get("wake") is True
         if self._group is not None and not self._group.holds(self.pid):
             self._group.remove()  # it could not join: read as where no group can be made
             self._group = None
@@ -644,6 +654,8 @@ class Worker:
         cpu0 = self._tree_cpu(table=table)
         exact = self._group is None and self.cpu_exact
         reaped0 = _reaped_ticks(tree_pids(self.pid, table)) if exact else {}
+        if self.wakes:
+            self._wake(n)
         took = self._expected_ns.get(case)
         expected = (
             None if took is None else (took - ANSWER_POLL_NS // 2, took + ANSWER_POLL_NS // 2)
@@ -703,6 +715,24 @@ class Worker:
             reported={str(k): float(v) for k, v in reported.items()},
             output=written,
         )
+
+    def _wake(self, n: int) -> None:
+        """Wake the worker for call ``n`` (``wake``, answered ``awake``) after the call's
+        opening CPU readings and before its clock starts: the call's line then finds it
+        awake, polling for it (``perfledger.subject.WAKE_POLL_NS``), and the wake-up of a
+        sleeping process is not inside the clock. What it does from here is in the call's CPU
+        time (a few microseconds of answering and polling). Raises: WorkerFailed (``died``,
+        ``timeout``, ``protocol``: any other answer)."""
+        try:
+            os.write(self._calls_w, b'{"op": "wake"}\n')
+        except OSError as exc:
+            self._fail("died", f"the worker cannot be woken for call {n}: {exc}")
+        now = time.perf_counter_ns()
+        line = self._read_line(
+            now / 1e9 + self.timeout_s, f"its awake before call {n}", (now, now + ANSWER_POLL_NS)
+        )
+        if line.strip() != b'{"op": "awake"}':
+            self._fail("protocol", f"answered {line[:200]!r} to the wake before call {n}")
 
     def _walk(
         self,
