@@ -132,11 +132,14 @@ def read_output_bytes(path: str) -> Output:
             )  # fmt: skip
         chunks, size = [], 0
         while size <= OUTPUT_MAX_BYTES:
-            chunk = os.read(fd, min(info.st_size + 1, OUTPUT_MAX_BYTES + 1 - size) or 1)
+            asked = min(info.st_size + 1, OUTPUT_MAX_BYTES + 1 - size) or 1
+            chunk = os.read(fd, asked)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
+            if len(chunk) < asked:  # a regular file's end: no second read to find it
+                break
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     except OSError as exc:
         return Output(None, None, None, f"the output cannot be read ({exc.strerror})")

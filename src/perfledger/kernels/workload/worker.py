@@ -8,11 +8,19 @@ object a line, over a pipe pair of its own whose descriptors the child finds in
 :data:`FDS_ENV` (``"CALLS_FD,ANSWERS_FD"``), never over stdout: a subject's prints go to a file
 and cannot break the protocol::
 
-    child:  {"op": "ready", "protocol": "perfledger-worker/1"}
+    child:  {"op": "ready", "protocol": "perfledger-worker/1"}      (optionally "wake": true)
+    parent: {"op": "wake"}                      (only to a worker that said "wake": true)
+    child:  {"op": "awake"}
     parent: {"op": "call", "id": 3, "case": "wide", "seed": 8236..., "output": "/tmp/.../output"}
     child:  {"op": "done", "id": 3}                       (optionally "reported": {name: number})
     parent: {"op": "exit"}
 
+- The **wake** (:meth:`Worker._wake`), to a worker whose ready line says ``"wake": true``
+  (:func:`perfledger.subject.serve`'s do), comes after a call's opening CPU readings and
+  before its clock starts; the worker answers ``awake`` and polls for the call's line for a
+  bounded time (``perfledger.subject.WAKE_POLL_NS``) before it sleeps again: the wake-up of a
+  sleeping process (on a VM, an idle virtual CPU's) is then not inside the clock. It carries
+  nothing of the call; what the worker does from it on is in the call's CPU time.
 - The **seed** is drawn from the OS's random source (:func:`secrets.randbits`) when a pair's
   first call starts, and the same for both calls of the pair; the **output** place is fresh and
   private per call (:class:`perfledger.derive.outputs.OutputPlace`), read and removed as soon as
@@ -24,7 +32,11 @@ and cannot break the protocol::
   off the clock; now whatever is collected was written inside the clock.) Inside the clock
   only bytes are read (the answer line, the output file); parsing the answer, listing the
   output place (a second file written late makes the output unusable) and the output's
-  digest come after it. The subject's **CPU time** (``cpu_s``) is the kernel's
+  digest come after it. While it waits for ``done`` the measuring process sleeps, but for a
+  window of at most :data:`ANSWER_POLL_NS` around when the answer is expected (the same
+  case's previous call), where it polls the pipe (its own CPU, yielded between looks): a
+  sleeping process is woken inside the clock, on a VM at the cost of an idle virtual CPU's
+  wake-up. The subject's **CPU time** (``cpu_s``) is the kernel's
   accounting of its whole process tree, read before and after the call, never the subject's
   word: the usage of a control group of the worker's own (:class:`~perfledger.kernels.proc.CpuGroup`,
   reaped processes included, at ns/us resolution), else :func:`tree_cpu_ns` (reaped children in
@@ -113,6 +125,14 @@ TAIL_CHARS = 2_000
 IDLE_CPU_FLOOR_S = 0.01
 #: ... or this share of that call's wall time, whichever is larger.
 IDLE_CPU_SHARE = 0.1
+#: The measuring process polls for a call's answer, instead of sleeping until it comes, during
+#: at most this long a window per call (ns), centred on when the answer is expected (the
+#: worker's previous call of the same case took as long): a process asleep in ``select`` is
+#: woken by the subject's write, which on a VM costs an inter-processor interrupt and the
+#: waking of an idle virtual CPU inside the call's clock; a polling one reads the answer as it
+#: is written. Before the window it sleeps; after it, it sleeps until the answer comes. The
+#: measuring process's own CPU time, never the subject's, pays for the window.
+ANSWER_POLL_NS = 400_000
 #: Why a worker failed (:attr:`WorkerFailed.reason`).
 FAILURE_REASONS = (
     "spawn", "died", "timeout", "protocol", "idle_cpu", "exit_status", "scheduling",
@@ -415,6 +435,8 @@ class Worker:
         #: (the worker's own CPU clock at the last `done`, its other processes' CPU time then)
         self._done_cpu: tuple[int, int] | None = None
         self._done_wall = 0.0
+        #: case -> how long its previous call took (ns): when the next one's answer is polled for
+        self._expected_ns: dict[str, int] = {}
         inherited = sched_of(0)  # what the worker inherits (nice, policy)
         # the worker's processes, reaped ones included, read at ns/us resolution (R5)
         group = CpuGroup.make(f"perfledger-{os.getpid()}-{label}-{secrets.token_hex(4)}")
@@ -459,6 +481,8 @@ class Worker:
                 f"its first line must be {{'op': 'ready', 'protocol': {PROTOCOL!r}}}, "
                 f"not {json.dumps(ready)[:200]}",
             )
+        #: it answers ``wake`` (said in its ready line): woken before each call's clock starts
+        self.wakes = ready.get("wake") is True
         if self._group is not None and not self._group.holds(self.pid):
             self._group.remove()  # it could not join: read as where no group can be made
             self._group = None
@@ -509,14 +533,26 @@ class Worker:
         """Read one answer line before ``deadline`` (perf_counter seconds), parsed."""
         return self._parse(self._read_line(deadline, what))
 
-    def _read_line(self, deadline: float, what: str) -> bytes:
-        """Read one answer line's bytes before ``deadline`` (perf_counter seconds)."""
+    def _read_line(self, deadline: float, what: str, poll: tuple[int, int] | None = None) -> bytes:
+        """Read one answer line's bytes before ``deadline`` (perf_counter seconds). ``poll``:
+        ``(start, end)`` (``perf_counter_ns``): from ``start`` to ``end`` the answers pipe is
+        polled without sleeping (:data:`ANSWER_POLL_NS`), yielding the CPU between two looks;
+        before and after, a sleep until the answer comes (before ``start``: at most until
+        ``start``)."""
         while b"\n" not in self._buffer:
-            left = deadline - time.perf_counter()
+            now_ns = time.perf_counter_ns()
+            left = deadline - now_ns / 1e9
             if left <= 0:
                 self._fail("timeout", f"no answer ({what}) within {self.timeout_s:g} s")
+            polling = poll is not None and poll[0] <= now_ns < poll[1]
+            if polling:
+                left = 0.0
+            elif poll is not None and now_ns < poll[0]:
+                left = min(left, (poll[0] - now_ns) / 1e9)  # asleep until the window
             ready, _, _ = select.select([self._answers_r], [], [], left)
             if not ready:
+                if polling:  # a subject's thread waiting for this CPU runs first
+                    os.sched_yield()
                 continue
             chunk = os.read(self._answers_r, 65536)
             if not chunk:
@@ -618,12 +654,20 @@ class Worker:
         cpu0 = self._tree_cpu(table=table)
         exact = self._group is None and self.cpu_exact
         reaped0 = _reaped_ticks(tree_pids(self.pid, table)) if exact else {}
+        if self.wakes:
+            self._wake(n)
+        took = self._expected_ns.get(case)
+        expected = (
+            None if took is None else (took - ANSWER_POLL_NS // 2, took + ANSWER_POLL_NS // 2)
+        )
         t0 = time.perf_counter_ns()
         try:
             os.write(self._calls_w, line + b"\n")
         except OSError as exc:
             self._fail("died", f"the worker cannot be sent its call: {exc}")
-        answer_line = self._read_line(t0 / 1e9 + self.timeout_s, f"call {n}")
+        # the answer is polled for around when it is expected (ANSWER_POLL_NS)
+        poll = None if expected is None else (t0 + expected[0], t0 + expected[1])
+        answer_line = self._read_line(t0 / 1e9 + self.timeout_s, f"call {n}", poll)
         root_done = _process_cpu_ns(self.pid)  # work after `done` is counted from here
         written = collect() if collect is not None else None
         # the clock stops once the output is collected: an output a thread writes after `done`
@@ -633,9 +677,11 @@ class Worker:
         if written is not None and finish is not None:
             written = finish(written)
         members = self._group.members() if self._group is not None else []
-        tree1 = self._tree_cpu(escaped)
-        if own0 is not None:
-            call_cpu_ns = self._group_call_cpu(n, own0, cpu0, tree1, members, escaped)
+        # one walk of the tree (and one asking of `escaped`) after `members`, for both readings
+        pids1 = self._walk(escaped) if self._group is not None else None
+        tree1 = self._tree_cpu(escaped, pids=pids1)
+        if own0 is not None and pids1 is not None:
+            call_cpu_ns = self._group_call_cpu(n, own0, cpu0, tree1, members, pids1)
         cpu1 = tree1
         if escaped is not None and self._group is None:  # left the tree: still the call's (R5)
             # one reading of the union: a process re-parented between two walks (its parent's
@@ -647,6 +693,7 @@ class Worker:
             self._check_reaped(n, reaped0, escaped)
         self._done_cpu = (root_done, tree1 - _process_cpu_ns(self.pid))
         self._done_wall = (t1 - t0) / 1e9
+        self._expected_ns[case] = t1 - t0
         if answer.get("op") != "done":
             self._fail("protocol", f"answered {json.dumps(answer)[:200]} to call {n}")
         if answer.get("id") != n or isinstance(answer.get("id"), bool):
@@ -669,21 +716,51 @@ class Worker:
             output=written,
         )
 
+    def _wake(self, n: int) -> None:
+        """Wake the worker for call ``n`` (``wake``, answered ``awake``) after the call's
+        opening CPU readings and before its clock starts: the call's line then finds it
+        awake, polling for it (``perfledger.subject.WAKE_POLL_NS``), and the wake-up of a
+        sleeping process is not inside the clock. What it does from here is in the call's CPU
+        time (a few microseconds of answering and polling). Raises: WorkerFailed (``died``,
+        ``timeout``, ``protocol``: any other answer)."""
+        try:
+            os.write(self._calls_w, b'{"op": "wake"}\n')
+        except OSError as exc:
+            self._fail("died", f"the worker cannot be woken for call {n}: {exc}")
+        now = time.perf_counter_ns()
+        line = self._read_line(
+            now / 1e9 + self.timeout_s, f"its awake before call {n}", (now, now + ANSWER_POLL_NS)
+        )
+        if line.strip() != b'{"op": "awake"}':
+            self._fail("protocol", f"answered {line[:200]!r} to the wake before call {n}")
+
+    def _walk(
+        self,
+        escaped: Callable[[], Sequence[int]] | None = None,
+        table: ProcessTable | None = None,
+    ) -> list[int]:
+        """The worker's live tree (:func:`tree_pids`, from ``table``, else a fresh reading of
+        ``/proc``), then ``escaped`` asked after the walk, each pid once."""
+        tree = tree_pids(self.pid, table)  # walked first: a process moving out is not missed
+        return list(dict.fromkeys([*tree, *(escaped() if escaped is not None else ())]))
+
     def _tree_cpu(
         self,
         escaped: Callable[[], Sequence[int]] | None = None,
         table: ProcessTable | None = None,
+        pids: Sequence[int] | None = None,
     ) -> int:
         """The worker's processes' CPU time so far (ns): its :class:`CpuGroup`'s usage where
         it has one (every process that was ever in it, reaped ones included, at ns/us
         resolution), after checking that every live process of its tree (and ``escaped``) is
         still in the group; else :func:`tree_cpu_ns` (reaped children in clock ticks).
         ``table``: the process table to walk (else a fresh one; ``escaped`` is asked after).
+        ``pids``: the walk already made (:meth:`_walk`), in place of ``escaped`` and ``table``.
         Raises: WorkerFailed (``cpu_accounting``) for a process that left the group."""
         if self._group is None:
             return tree_cpu_ns(self.pid, table=table)
-        pids = list(tree_pids(self.pid, table)) + list(escaped() if escaped is not None else ())
-        left = [p for p in dict.fromkeys(pids) if self._group.holds(p) is False]
+        pids = self._walk(escaped, table) if pids is None else pids
+        left = [p for p in pids if self._group.holds(p) is False]
         if left:
             self._fail(
                 "cpu_accounting",
@@ -702,7 +779,7 @@ class Worker:
         usage0: int,
         usage1: int,
         members: Sequence[int],
-        escaped: Callable[[], Sequence[int]] | None,
+        pids1: Sequence[int],
     ) -> int:
         """The CPU time of call ``n`` (ns) for a worker with a CPU group. Any process of the
         same user may write the group's ``cgroup.procs``: an agent's hog could join the
@@ -713,8 +790,9 @@ class Worker:
         faults is unchanged: an exact count), the call's CPU is its processes' own clocks
         (``own0`` and after), which no other process can add to. Only a call that reaped a
         process takes the group's usage (``usage1 - usage0``), which holds that process's CPU
-        at ns resolution where the kernel gives it to its reaper in clock ticks."""
-        pids1 = list(dict.fromkeys([*tree_pids(self.pid), *(escaped() if escaped else ())]))
+        at ns resolution where the kernel gives it to its reaper in clock ticks. ``pids1``: the
+        tree and its escaped processes at the call's end (:meth:`_walk`, made once for the
+        group's check and for this)."""
         strangers = [p for p in members if p not in pids1 and self._stranger(p)]
         if strangers:
             self._fail(
