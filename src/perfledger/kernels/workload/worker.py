@@ -125,6 +125,12 @@ TAIL_CHARS = 2_000
 IDLE_CPU_FLOOR_S = 0.01
 #: ... or this share of that call's wall time, whichever is larger.
 IDLE_CPU_SHARE = 0.1
+#: A call that reaped no process fails where its CPU group used more than its tree's own
+#: clocks by this much (ns) ... (the two agree to the group's microsecond on honest calls: each
+#: is read while the worker waits, the group's first at the end)
+UNACCOUNTED_CPU_FLOOR_NS = 50_000
+#: ... plus this share of the clocks' figure.
+UNACCOUNTED_CPU_SHARE = 0.01
 #: The measuring process polls for a call's answer, instead of sleeping until it comes, during
 #: at most this long a window per call (ns), centred on when the answer is expected (the
 #: worker's previous call of the same case took as long): a process asleep in ``select`` is
@@ -788,9 +794,13 @@ class Worker:
         the tree) fails the call (``cpu_accounting``); and where no process of the tree ended
         or was reaped during the call (every process's count of its reaped children's page
         faults is unchanged: an exact count), the call's CPU is its processes' own clocks
-        (``own0`` and after), which no other process can add to. Only a call that reaped a
-        process takes the group's usage (``usage1 - usage0``), which holds that process's CPU
-        at ns resolution where the kernel gives it to its reaper in clock ticks. ``pids1``: the
+        (``own0`` and after), which no other process can add to, and the group's usage must
+        agree with them (:data:`UNACCOUNTED_CPU_FLOOR_NS`): more in the group is CPU no clock
+        of the tree holds (a CLONE_VM child, which makes no page fault, born and reaped inside
+        the call; a hog that joined the group and left), and fails the call. Only a call that
+        reaped a process (one of the tree at its start, or one born during it) takes the
+        group's usage (``usage1 - usage0``), which holds that process's CPU at ns resolution
+        where the kernel gives it to its reaper in clock ticks. ``pids1``: the
         tree and its escaped processes at the call's end (:meth:`_walk`, made once for the
         group's check and for this)."""
         strangers = [p for p in members if p not in pids1 and self._stranger(p)]
@@ -803,8 +813,25 @@ class Worker:
             )
         live1, _reaped1, counters1 = _own_cpu(pids1)
         live0, _reaped0, counters0 = own0
-        reaped = any(counters1.get(p) != c for p, c in counters0.items())
-        return usage1 - usage0 if reaped else live1 - live0
+        reaped = any(counters1.get(p) != c for p, c in counters0.items()) or any(
+            p not in counters0 and c != (0, 0) for p, c in counters1.items()
+        )  # a process born during the call that reaped one (red38 H: CLONE_VM children)
+        if reaped:
+            return usage1 - usage0
+        own_ns = live1 - live0
+        unaccounted_ns = (usage1 - usage0) - own_ns
+        if unaccounted_ns > UNACCOUNTED_CPU_FLOOR_NS + UNACCOUNTED_CPU_SHARE * own_ns:
+            self._fail(
+                "cpu_accounting",
+                f"its CPU group used {unaccounted_ns / 1e3:.0f} us more CPU during call {n} "
+                f"than the clocks of its tree's processes hold ({own_ns / 1e3:.0f} us) while "
+                "no process of the tree reaped one: a process born and ended inside the call "
+                "out of sight of its reapers' counts (a CLONE_VM child makes no page fault), "
+                "or one that joined the group and left; neither figure can be taken",
+                hint="a subject's helpers must be processes the tree waits for (a child "
+                "reaped with its page faults counted), or measure it with `--protocol command`",
+            )
+        return own_ns
 
     def _stranger(self, pid: int) -> bool:
         """Whether ``pid``, in the worker's group but not in its tree, is another program's
