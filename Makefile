@@ -18,7 +18,11 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDI
 	$(BIN)/python -m pytest
 # Tests run in TEST_WORKERS processes (pytest-xdist), except those marked `serial`: they measure
 # on this host under the real monitor (another test's load would refuse their baseline, R17) or
-# aim at timing, so `make test` runs them alone after the rest. Every serial test is also slow.
+# aim at timing, or write into this interpreter's installation (which refuses a parallel
+# measurement, R11), so `make test` runs them alone after the rest. Every serial test is also
+# slow. The package's bytecode is compiled first: a test process compiling a module into
+# src/.../__pycache__ writes the editable install's sources, which a measurement running beside
+# it would refuse (R11).
 TEST_WORKERS ?= 2
 
 .PHONY: demo test test-fast lint bench clean
@@ -36,11 +40,13 @@ demo: $(STAMP)
 	$(BIN)/python examples/run_demo.py
 
 test: $(STAMP)
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(PYTEST) -q -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
 	$(PYTEST) -q -m serial; serial=$$?; \
 	test $$parallel = 0 && test $$serial = 0
 
 test-fast: $(STAMP)
+	$(BIN)/python -m compileall -q src >/dev/null
 	$(PYTEST) -q -n $(TEST_WORKERS) -m "not slow and not gpu"
 
 lint: $(STAMP)

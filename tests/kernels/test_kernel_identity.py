@@ -455,6 +455,7 @@ def test_cheat_candidate_that_changes_the_references_file_and_restores_it_is_ref
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # plants a .pth in this interpreter's site-packages: a parallel measurement is refused (R11)
 def test_cheat_candidate_adding_a_python_startup_file_is_refused_before_the_next_batch(
     tmp_path: Path,
 ) -> None:

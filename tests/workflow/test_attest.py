@@ -30,7 +30,9 @@ from perfledger.app.attest import PAYLOAD_TYPE, PREDICATE_TYPE, attest, pae
 from perfledger.errors import RuleRefused
 from subprocess_env import isolated_env, perfledger_command
 
-pytestmark = pytest.mark.slow
+# serial: it reads test_code_identity's session (tests/workflow/conftest.py), built once in the
+# serial part, where that module runs
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -38,7 +38,10 @@ from perfledger.errors import RuleRefused
 from subprocess_env import isolated_env, perfledger_command
 
 #: Every test reads one module session of real measurements (three stages of a workload).
-pytestmark = pytest.mark.slow
+# serial: its tests write into this interpreter's site-packages (a planted .pth, a module put
+# back), which refuses a parallel test's measurement (R11: the installation was written), and
+# its session measures real subjects that a parallel test's load can keep from a pass
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLAIN = "other tenants of a shared test host; the metric is this process's own CPU time"
