@@ -57,8 +57,9 @@ real use the file is the auditor's own, listing keys the agent does not hold (do
 section 1, "where that stops"). A formal stage with foreign activity on more than 20 % of its
 pairs passes only with that review, by an actor other than the experiment's, of that stage's
 samples (R17, ``VerdictRecorded`` 11): nothing the agent declares lifts it. A baseline or
-recorded A/A whose windows show more than 20 % foreign activity is refused: run the demo on a
-quieter host then.
+recorded A/A whose windows show more than 20 % foreign activity is refused, and nothing is
+recorded: the demo measures it again, as the refusal's hint says, up to three times; after the
+third refusal, run the demo on a quieter host.
 
 Usage: ``python examples/cpu_session/session.py [--dir DIR] [--quiet]``; prints where the ledger
 and the report are, writes ``DIR/session.json`` (champion, verdicts, timings), exits non-zero
@@ -122,6 +123,10 @@ def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
+class _RefusedR17(Exception):
+    """A measurement refused for other processes' load on the host (R17); nothing recorded."""
+
+
 class Session:
     """Drive one session; every decision goes through the ``perfledger`` CLI (a subprocess)."""
 
@@ -146,9 +151,26 @@ class Session:
         """Print one narration line."""
         print(text, flush=True)
 
-    def cli(self, *args: str, request: dict[str, Any] | None = None, json_out: bool = True) -> Any:
+    def cli(
+        self, *args: str, request: dict[str, Any] | None = None, json_out: bool = True,
+        r17_tries: int = 1,
+    ) -> Any:  # fmt: skip
         """Run ``perfledger --ledger LEDGER ARGS [--json]`` (``request`` on stdin as
-        ``--request -``); returns the parsed JSON answer (or the text). Exits on failure."""
+        ``--request -``); returns the parsed JSON answer (or the text). Exits on failure.
+        ``r17_tries``: a baseline or A/A refused for other processes' load (R17: nothing was
+        recorded; its hint says to measure again) is measured again, up to this many tries."""
+        for _ in range(r17_tries - 1):
+            try:
+                return self._cli(args, request, json_out, quiet_r17=True)
+            except _RefusedR17 as refused:
+                self.say(f"  refused (R17), measuring again: {refused}")
+        return self._cli(args, request, json_out, quiet_r17=False)
+
+    def _cli(
+        self, args: tuple[str, ...], request: dict[str, Any] | None, json_out: bool,
+        quiet_r17: bool,
+    ) -> Any:  # fmt: skip
+        """One run of :meth:`cli`; raises _RefusedR17 for an R17 refusal where ``quiet_r17``."""
         argv = [sys.executable, "-m", "perfledger", "--ledger", str(self.ledger), *args]
         if request is not None:
             argv += ["--request", "-"]
@@ -166,6 +188,8 @@ class Session:
             cwd=REPO,
             check=False,
         )
+        if done.returncode == 3 and quiet_r17 and '"rule":"R17"' in done.stdout:
+            raise _RefusedR17(json.loads(done.stdout)["error"]["message"][:160])
         if done.returncode != 0:
             print(done.stdout.rstrip(), file=sys.stderr)
             print(done.stderr.rstrip(), file=sys.stderr)
@@ -383,12 +407,13 @@ class Session:
             "reconstructed": False, "matches_target": True,
         })  # fmt: skip
         base = self.cli("measure", "baseline", "--target", TARGET, "--cmd", self.cmd("loop"),
-                        "--calls", "3", "--quiet")  # fmt: skip
+                        "--calls", "3", "--quiet", r17_tries=3)  # fmt: skip
         self.say(f"  baseline: {base['values']} calls, median per case {base['per_case_median']}")
         # --accept-resolution: on a loaded machine the A/A can reach the 10 % minimum effect
         # (R4 refuses it otherwise); the verdicts then also need their CI above the resolution
         aa = self.cli("measure", "aa", "--target", TARGET, "--cmd", self.cmd("loop"),
-                      "--runs", str(PAIRS), "--record", "--accept-resolution", "--quiet")  # fmt: skip
+                      "--runs", str(PAIRS), "--record", "--accept-resolution", "--quiet",
+                      r17_tries=3)  # fmt: skip
         self.say(f"  resolution {aa['resolution']:.4f} from {aa['repeats']} A/A pairs")
         summary["resolution"] = aa["resolution"]
 
