@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 
 from perfledger.app.handoff_request import handoff_request
-from perfledger.app.identity import champion_snapshot
 from perfledger.app.next_steps import allowed_decisions
+from perfledger.app.snapshots import champion_snapshot
 from perfledger.errors import BadRequest
 from perfledger.events.envelope import parse_ts
 from perfledger.ledger.gitdir import read_remotes

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from perfledger.app.snapshots import artifacts_of, take, take_as_original
+from perfledger.app.snapshots import artifacts_of, champion_snapshot, take, take_as_original
 from perfledger.commands.registry import operations
 from perfledger.commands.workflow import identity
 from perfledger.commands.workflow import requests as rq
@@ -487,26 +487,6 @@ def confirm_unchanged(info: dict[str, Any], body: dict[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- read models
-
-
-def champion_snapshot(ledger: Any, state: Any, target: Any) -> dict[str, Any] | None:
-    """The current champion's (or the original's) snapshot of ``target`` as JSON: ``digest``,
-    ``subject``, ``git``, ``files`` (count) and ``checkout`` (the command that writes its files),
-    or None when none was recorded (a Target under the old rule)."""
-
-    snap = identity.subject_snapshot(
-        state, target, target.champion, operations.payload_reader(ledger)
-    )
-    if snap is None:
-        return None
-    return {
-        "of": target.champion or "original",
-        "digest": snap.digest,
-        "subject": snap.subject,
-        "files": len(snap.files),
-        "git": msgspec.to_builtins(snap.git),
-        "checkout": f"perfledger checkout {snap.digest} DIR",
-    }
 
 
 # ----------------------------------------------------------------------------- checkout

@@ -237,7 +237,7 @@ def champion_of(ledger: Any, query: TargetQuery, *, snapshot: bool = True) -> Ch
     if query.target_id in state.targets:  # R14: how many draws the champion came out of
         shown.formal_draws = formal_draws(state, query.target_id)
     if snapshot and query.target_id in state.targets:  # the champion's code, how to get it (R11)
-        from perfledger.app.identity import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
+        from perfledger.app.snapshots import champion_snapshot  # noqa: PLC0415 (off `perfledger experiment list`'s start-up path)
 
         shown.snapshot = champion_snapshot(ledger, state, state.targets[query.target_id])
     return shown

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from perfledger.commands.registry import operations
 from perfledger.commands.workflow import identity
 from perfledger.commands.workflow.rules import path_in_scope
 from perfledger.errors import BadRequest
@@ -97,4 +98,24 @@ def candidate_edge(ledger: Any, body: Any) -> tuple[Any, dict[str, Any]]:
     return {**body, "candidate": candidate}, artifacts_of(taken)
 
 
-__all__ = ["artifacts_of", "candidate_edge", "take", "take_as_original"]
+__all__ = ["artifacts_of", "candidate_edge", "champion_snapshot", "take", "take_as_original"]
+
+
+def champion_snapshot(ledger: Any, state: Any, target: Any) -> dict[str, Any] | None:
+    """The current champion's (or the original's) snapshot of ``target`` as JSON: ``digest``,
+    ``subject``, ``git``, ``files`` (count) and ``checkout`` (the command that writes its files),
+    or None when none was recorded (a Target under the old rule)."""
+
+    snap = identity.subject_snapshot(
+        state, target, target.champion, operations.payload_reader(ledger)
+    )
+    if snap is None:
+        return None
+    return {
+        "of": target.champion or "original",
+        "digest": snap.digest,
+        "subject": snap.subject,
+        "files": len(snap.files),
+        "git": msgspec.to_builtins(snap.git),
+        "checkout": f"perfledger checkout {snap.digest} DIR",
+    }
