@@ -47,6 +47,8 @@ HEX40 = re.compile(r"[0-9a-f]{40}")
 PACK_THRESHOLD = 30
 #: Kills in the random-kill test (the issue asks for at least 50).
 KILLS = 52
+#: At most this many more kills aimed at packing where fewer than 3 of the first KILLS landed there.
+EXTRA_PACK_KILLS = 24
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -317,13 +319,22 @@ def test_sigkill_appender_50_times_loses_no_acknowledged_event(
     phases: collections.Counter[str] = collections.Counter()
     head = check_head(ledger_path, None)
     started = time.monotonic()
-    for k in range(KILLS):
+    k = 0
+    # after KILLS kills, more aimed at packing (at most EXTRA_PACK_KILLS) until 3 landed there:
+    # the aim is a race with the child's phase markers, which a busy host can make it lose
+    while k < KILLS or (phases["pack"] + phases["merge"] < 3 and k < KILLS + EXTRA_PACK_KILLS):
         # writers whose compare-and-swap is aimed at hold the ref's lock 5 ms longer: the swap
         # itself can take well under the 0.5 ms this process needs to notice it has started
-        extra = ("--cas-delay", "0.005") if k % 10 not in (0, 5) and k % 4 == 3 else ()
+        extra = (
+            ("--cas-delay", "0.005") if k < KILLS and k % 10 not in (0, 5) and k % 4 == 3 else ()
+        )
         writer = Writer(ledger_path, tmp_path, f"w{k:02d}", 1000 + k, *extra)
         writers[writer.name] = writer
-        if k % 10 == 0:
+        if k >= KILLS:
+            writer.wait_ready()
+            writer.wait_phase(("pack+", "merge+"), timeout_s=4.0)
+            time.sleep(rng.uniform(0.0, 0.004))
+        elif k % 10 == 0:
             # during interpreter start-up or opening the ledger
             time.sleep(rng.uniform(0.0, 0.08))
         elif k % 10 == 5:
@@ -357,6 +368,7 @@ def test_sigkill_appender_50_times_loses_no_acknowledged_event(
         assert not missing, f"after kill {k} ({writer.phase_at_death()}): lost {missing}"
         if k % 13 == 12:
             full_verify(ledger_path)
+        k += 1
     kill_time_s = time.monotonic() - started
 
     # a fresh append right after the last kill, in this process
@@ -372,7 +384,7 @@ def test_sigkill_appender_50_times_loses_no_acknowledged_event(
     events = full_verify(ledger_path)
     check_all_printed_present(ledger_path, printed)
     print(
-        f"\n{KILLS} kills in {kill_time_s:.1f}s, {len(printed)} acknowledged events, "
+        f"\n{k} kills in {kill_time_s:.1f}s, {len(printed)} acknowledged events, "
         f"{events} in the ledger; kills by phase: {dict(phases)}"
     )
     # the kills did land in every phase (the markers are written by the child)
