@@ -28,7 +28,7 @@ from perfledger.kernels.confine import (
     landlock_abi,
     seccomp_self,
 )
-from perfledger.kernels.workload.worker import run_pairs
+from perfledger.kernels.workload.worker import WorkerRun, run_pairs
 
 needs_net = pytest.mark.skipif(landlock_abi() < 4, reason="the kernel's Landlock has no TCP rules")
 needs_scope = pytest.mark.skipif(landlock_abi() < 6, reason="the kernel's Landlock has no scopes")
@@ -118,6 +118,14 @@ def test_cheat_candidate_fetching_its_outputs_from_a_server_by_native_code_is_wr
 ) -> None:
     """The candidate does no work: its native code asks the agent's server for the answer.
     Confined, the connection is refused and every call's output is judged wrong."""
+    result = _pairs_of_an_asking_candidate(tmp_path, NATIVE, f"ask({answering_server}, ")
+    _assert_only_the_candidate_is_wrong(result)
+
+
+def _pairs_of_an_asking_candidate(tmp_path: Path, prelude: str, ask_call: str) -> WorkerRun:
+    """Three pairs of an honest reference against a candidate that does no work: its call
+    writes what ``prelude``'s native function answers (``ask_call`` opens the call, the
+    question ``b"CASE SEED"`` closes it)."""
     ref = script(
         tmp_path,
         "ref",
@@ -133,19 +141,23 @@ def test_cheat_candidate_fetching_its_outputs_from_a_server_by_native_code_is_wr
     cand = script(
         tmp_path,
         "cand",
-        NATIVE
+        prelude
         + textwrap.dedent(f"""
         from perfledger.subject import serve
         def call(state, case, seed, output):
             with open(output, "w") as f:
-                f.write(ask({answering_server}, f"{{case}} {{seed}}".encode()))
+                f.write({ask_call}f"{{case}} {{seed}}".encode()))
         serve(lambda: None, call)
         """),
     )
-    result = run_pairs(
+    return run_pairs(
         ref, cand, accuracy=EXACT, units=UNITS, cases=["small"], pairs_per_case=3,
         warmup_calls=0, timeout_s=10.0,
     )  # fmt: skip
+
+
+def _assert_only_the_candidate_is_wrong(result: WorkerRun) -> None:
+    """Every candidate call judged wrong, every reference call right."""
     cand_rows = [c for _r, c in result.pairs()]
     assert cand_rows and not any(c["correct"] for c in cand_rows), cand_rows
     assert all(r["correct"] for r, _c in result.pairs())
@@ -428,41 +440,12 @@ def test_cheat_candidate_fetching_its_outputs_over_udp_by_native_code_is_wrong(
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     port = server.getsockname()[1]
-    ref = script(
-        tmp_path,
-        "ref",
-        WORK
-        + textwrap.dedent("""
-        from perfledger.subject import serve
-        def call(state, case, seed, output):
-            with open(output, "w") as f:
-                json.dump(work(case, seed), f)
-        serve(lambda: None, call)
-        """),
-    )
-    cand = script(
-        tmp_path,
-        "cand",
-        CHANNELS
-        + textwrap.dedent(f"""
-        from perfledger.subject import serve
-        def call(state, case, seed, output):
-            with open(output, "w") as f:
-                f.write(udp({port}, f"{{case}} {{seed}}".encode()))
-        serve(lambda: None, call)
-        """),
-    )
     try:
-        result = run_pairs(
-            ref, cand, accuracy=EXACT, units=UNITS, cases=["small"], pairs_per_case=3,
-            warmup_calls=0, timeout_s=10.0,
-        )  # fmt: skip
+        result = _pairs_of_an_asking_candidate(tmp_path, CHANNELS, f"udp({port}, ")
     finally:
         server.close()
         thread.join(timeout=5)
-    cand_rows = [c for _r, c in result.pairs()]
-    assert cand_rows and not any(c["correct"] for c in cand_rows), cand_rows
-    assert all(r["correct"] for r, _c in result.pairs())
+    _assert_only_the_candidate_is_wrong(result)
     assert {"sockets", "sysv_ipc", "posix_mqueues", "process_memory"} <= set(
         result.settings["confinement"]
     )
