@@ -12,6 +12,7 @@ import msgspec
 
 from perfledger.api import Ledger
 from perfledger.errors import PerfledgerError
+from perfledger.ledger.remotes import list_remotes, tracking_ref
 
 #: Exit code of a ``pull`` or ``sync`` that succeeded but joined concurrent decisions the rules
 #: forbid together: the ledger now holds an unresolved conflict that blocks decisions until
@@ -25,6 +26,18 @@ CONFLICT_BLOCKS = {
     "reconciliation": "new experiments and champion selections on its Target (R14)",
     "duplicate_id": "decisions about the id both machines chose",
 }
+
+
+def remote_rows(ledger: Any) -> list[dict[str, Any]]:
+    """``perfledger remote list``'s rows: each remote's ``name``, ``url`` and ``last_seen``
+    (the ledger head its tracking ref holds, hex; None before a first pull)."""
+    repo = ledger.store.repo
+    rows = []
+    for name, url in list_remotes(repo).items():
+        ref = tracking_ref(name)
+        seen = repo.refs[ref].decode() if ref in repo.refs else None
+        rows.append({"name": name, "url": url, "last_seen": seen})
+    return rows
 
 
 def open_conflicts(ledger: Any) -> dict[str, Any]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import click
 
+from perfledger.app.sync import remote_rows
 from perfledger.commands.cli.common import command_context as _ctx
 from perfledger.commands.cli.common import emit_json as _emit
 from perfledger.commands.cli.common import json_option as _json
-from perfledger.ledger.remotes import add_remote, list_remotes, remove_remote, tracking_ref
+from perfledger.ledger.remotes import add_remote, remove_remote
 
 
 @click.group("remote")
@@ -38,12 +39,7 @@ def remote_list(json_flag: bool) -> None:
     ctx = _ctx(json_flag)
     ledger = ctx.open()
     try:
-        repo = ledger.store.repo
-        rows = []
-        for name, url in list_remotes(repo).items():
-            ref = tracking_ref(name)
-            seen = repo.refs[ref].decode() if ref in repo.refs else None
-            rows.append({"name": name, "url": url, "last_seen": seen})
+        rows = remote_rows(ledger)
     finally:
         ledger.close()
     if ctx.json_mode:

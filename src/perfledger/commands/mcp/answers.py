@@ -79,6 +79,7 @@ from perfledger.app.sync import (
     pull_ledger,
     push_ledger,
     raise_joined_conflicts,
+    remote_rows,
     sync_ledger,
 )
 from perfledger.app.triage import TriageRequest, triage_report
@@ -88,7 +89,7 @@ from perfledger.commands.registry.catalog import OPERATIONS
 from perfledger.commands.registry.request_models import json_schema
 from perfledger.errors import BadRequest
 from perfledger.ledger.checkpoints import CheckpointPolicy
-from perfledger.ledger.remotes import add_remote, list_remotes, remove_remote, tracking_ref
+from perfledger.ledger.remotes import add_remote, remove_remote
 from perfledger.projections.handoff import render_markdown
 from perfledger.skill import install
 
@@ -187,16 +188,7 @@ def _handoff_show(call: Call, p: dict[str, Any]) -> Any:
 
 
 def _remote_list(call: Call, p: dict[str, Any]) -> Any:
-    def rows(ledger: Ledger) -> list[dict[str, Any]]:
-        repo = ledger.store.repo
-        out = []
-        for name, url in list_remotes(repo).items():
-            ref = tracking_ref(name)
-            seen = repo.refs[ref].decode() if ref in repo.refs else None
-            out.append({"name": name, "url": url, "last_seen": seen})
-        return out
-
-    return {"remotes": call.read(rows)}
+    return {"remotes": call.read(remote_rows)}
 
 
 def _remote_add(call: Call, p: dict[str, Any]) -> Any:
